@@ -1,0 +1,50 @@
+"""Solver settings for consensus ADMM, validated once (the OSQP/SCS pattern).
+
+Defaults live here and nowhere else.  Unknown settings are rejected by name.
+"""
+import dataclasses
+import math
+
+
+@dataclasses.dataclass(frozen=True)
+class ADMMSettings:
+    rho: float = 1.0          # penalty parameter of the augmented Lagrangian
+    alpha: float = 1.6        # over-relaxation, in (0, 2); 1 means none
+    eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
+    eps_rel: float = 1e-6     # relative tolerance of the stopping rule
+    max_iter: int = 10000
+    time_limit: float = 0.0   # seconds for the iterations; 0 means none
+    verbose: bool = False     # iteration log on rank 0
+    log_every: int = 25       # log (and objective) every this many iterations
+
+    @classmethod
+    def from_kwargs(cls, **settings):
+        """Build settings from keyword arguments, naming any unknown one."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(f"unknown ADMM setting(s) {', '.join(map(repr, unknown))}; "
+                            f"valid settings are {', '.join(sorted(known))}")
+        return cls(**settings)
+
+    def problem(self):
+        """Return a message describing the first invalid value, or None."""
+        def number(value):
+            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+        def integer(value):
+            return isinstance(value, int) and not isinstance(value, bool)
+
+        checks = [
+            (number(self.rho) and self.rho > 0, f"rho must be a finite number > 0, got {self.rho!r}"),
+            (number(self.alpha) and 0 < self.alpha < 2, f"alpha must be in (0, 2), got {self.alpha!r}"),
+            (number(self.eps_abs) and self.eps_abs >= 0, f"eps_abs must be >= 0, got {self.eps_abs!r}"),
+            (number(self.eps_rel) and self.eps_rel >= 0, f"eps_rel must be >= 0, got {self.eps_rel!r}"),
+            (integer(self.max_iter) and self.max_iter >= 1, f"max_iter must be an integer >= 1, got {self.max_iter!r}"),
+            (number(self.time_limit) and self.time_limit >= 0, f"time_limit must be >= 0, got {self.time_limit!r}"),
+            (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
+        ]
+        return next((message for ok, message in checks if not ok), None)
+
+    def as_dict(self):
+        return dataclasses.asdict(self)

@@ -1,0 +1,146 @@
+"""Command line: ``mpiexec -n N python -m mpiopt <command> ...``.
+
+Runs with ``python -m mpi4py`` semantics: an error that every rank agrees on
+(a CollectiveError from validation) is printed once and every rank exits with
+status 2; any other uncaught exception on any rank prints its traceback and
+aborts the whole MPI job at once, so no rank is left waiting.
+"""
+import argparse
+import re
+import sys
+import time
+import traceback
+
+from . import __version__
+
+EXIT_USAGE = 2
+
+
+def _shape(text):
+    match = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", text)
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS such as 20000x500, got {text!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def _add_admm_settings(parser):
+    from .admm.settings import ADMMSettings
+    defaults = ADMMSettings()
+    group = parser.add_argument_group("ADMM settings")
+    group.add_argument("--rho", type=float, default=defaults.rho, help="penalty parameter (default %(default)s)")
+    group.add_argument("--alpha", type=float, default=defaults.alpha, help="over-relaxation in (0, 2) (default %(default)s)")
+    group.add_argument("--eps-abs", type=float, default=defaults.eps_abs, help="absolute tolerance (default %(default)s)")
+    group.add_argument("--eps-rel", type=float, default=defaults.eps_rel, help="relative tolerance (default %(default)s)")
+    group.add_argument("--max-iter", type=int, default=defaults.max_iter, help="iteration limit (default %(default)s)")
+    group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
+    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
+    group.add_argument("--quiet", action="store_true", help="no iteration log")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.")
+    parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    lasso = commands.add_parser(
+        "lasso", help="consensus-ADMM lasso: minimize ||Ax - b||^2/2 + lam ||x||_1, rows split over ranks",
+        description="Consensus-ADMM lasso with the rows of A and b split over the MPI ranks.")
+    source = lasso.add_mutually_exclusive_group()
+    source.add_argument("--synthetic", type=_shape, metavar="MxN", default=(20000, 500),
+                        help="seeded synthetic problem of M rows and N columns (default 20000x500)")
+    source.add_argument("--data", metavar="FILE.npz",
+                        help="npz file holding arrays A and b; each rank reads only its own rows")
+    lasso.add_argument("--density", type=float, default=0.05, help="synthetic: fraction of nonzeros in x_true")
+    lasso.add_argument("--noise", type=float, default=0.01, help="synthetic: standard deviation of the noise")
+    lasso.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
+    weight = lasso.add_mutually_exclusive_group()
+    weight.add_argument("--lam", type=float, help="penalty weight lam")
+    weight.add_argument("--lam-ratio", type=float, default=0.1,
+                        help="lam as a fraction of lambda_max = ||A^T b||_inf (default %(default)s)")
+    lasso.add_argument("--no-reference", action="store_true",
+                       help="skip the single-process reference solve on rank 0 (it needs all of A there)")
+    lasso.add_argument("--output", default="mpiopt_lasso.json", help="JSON result file (default %(default)s)")
+    _add_admm_settings(lasso)
+    lasso.set_defaults(run=run_lasso)
+    return parser
+
+
+def _load_lasso_problem(args, comm):
+    """This rank's rows, and a function that returns the whole problem (for the reference)."""
+    if args.data:
+        from .data.npz import npz_shapes, read_npz_range, read_npz_rows
+        A, b = read_npz_rows(args.data, ("A", "b"), comm=comm)
+
+        def full():
+            return read_npz_range(args.data, ("A", "b"), 0, npz_shapes(args.data, ("A",))["A"][0])
+        return A, b, full, {"data": args.data}
+    from .data.synthetic import lasso_rows, make_lasso
+    m, n = args.synthetic
+    A, b, _ = make_lasso(m, n, args.density, args.noise, args.seed, comm=comm)
+    return A, b, lambda: lasso_rows(m, n, 0, m, args.density, args.noise, args.seed), {
+        "synthetic": {"rows": m, "n": n, "density": args.density, "noise": args.noise, "seed": args.seed}}
+
+
+def run_lasso(args, comm):
+    import numpy as np
+
+    from .admm import lasso
+    from .core.io import write_json
+
+    A, b, full_problem, source = _load_lasso_problem(args, comm)
+    settings = dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
+                    max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
+                    verbose=not args.quiet)
+    if args.lam is not None:
+        result = lasso(A, b, args.lam, comm=comm, **settings)
+    else:
+        result = lasso(A, b, comm=comm, lam_ratio=args.lam_ratio, **settings)
+
+    payload = result.to_dict()
+    payload["source"] = source
+    if comm.rank == 0:
+        if not args.no_reference:
+            from .admm.reference import lasso_reference
+            start = time.perf_counter()
+            x_reference, objective_reference = lasso_reference(*full_problem(), result.info["lam"])
+            seconds = time.perf_counter() - start
+            distance = float(np.linalg.norm(result.x - x_reference) / max(np.linalg.norm(x_reference), 1e-300))
+            gap = (result.objective - objective_reference) / abs(objective_reference)
+            payload["reference"] = {"method": "single-process L-BFGS-B on x = p - q, p, q >= 0",
+                                    "objective": objective_reference, "relative_objective_difference": gap,
+                                    "relative_distance": distance, "seconds": seconds}
+            print(f"reference (1 process, L-BFGS-B): objective {objective_reference:.12e}, "
+                  f"relative objective difference {gap:.2e}, ||x - x_ref|| / ||x_ref|| = {distance:.2e}")
+        print(f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
+              f"{result.timings['total']:.3f} s); nonzeros {int(np.count_nonzero(result.x))} of {result.x.size}")
+        write_json(args.output, payload)
+        print(f"result written to {args.output}")
+    return 0
+
+
+def main(argv=None):
+    from .core.threads import set_blas_threads_from_mpi
+    set_blas_threads_from_mpi()
+    from mpi4py import MPI
+
+    from .core.comm import CollectiveError
+    comm = MPI.COMM_WORLD
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args, comm)
+    except CollectiveError as error:
+        if comm.rank == 0:
+            print(f"mpiopt: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except BaseException as error:
+        if isinstance(error, SystemExit) or comm.size == 1:
+            raise
+        traceback.print_exc()
+        print(f"mpiopt: rank {comm.rank} failed; aborting all {comm.size} ranks", file=sys.stderr, flush=True)
+        sys.stderr.flush()
+        comm.Abort(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

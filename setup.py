@@ -1,0 +1,32 @@
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+HERE = Path(__file__).parent
+VERSION = re.search(r'__version__ = "([^"]+)"', (HERE / "mpiopt" / "__init__.py").read_text()).group(1)
+
+setup(
+    name="mpiopt",
+    version=VERSION,
+    description="MPI-based distributed optimization: consensus ADMM, hand-written collectives, "
+                "compressed and federated training",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+    long_description_content_type="text/markdown",
+    license="BSD-3-Clause",
+    python_requires=">=3.10",
+    packages=find_packages(include=["mpiopt", "mpiopt.*"]),
+    install_requires=["numpy>=1.23", "scipy>=1.9", "mpi4py>=4"],
+    extras_require={
+        "mpich": ["mpich"],
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.2"],
+        "plots": ["matplotlib>=3.5"],
+        "gpu": ["cupy-cuda12x"],
+    },
+    entry_points={"console_scripts": ["mpiopt=mpiopt.cli:main"]},
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Mathematics",
+        "Intended Audience :: Science/Research",
+    ],
+)

@@ -9,11 +9,8 @@ import argparse
 import re
 import sys
 import time
-import traceback
 
 from . import __version__
-
-EXIT_USAGE = 2
 
 
 def _shape(text):
@@ -124,22 +121,10 @@ def main(argv=None):
     set_blas_threads_from_mpi()
     from mpi4py import MPI
 
-    from .core.comm import CollectiveError
+    from .core.comm import run_collectively
     comm = MPI.COMM_WORLD
     args = build_parser().parse_args(argv)
-    try:
-        return args.run(args, comm)
-    except CollectiveError as error:
-        if comm.rank == 0:
-            print(f"mpiopt: error: {error}", file=sys.stderr, flush=True)
-        return EXIT_USAGE
-    except BaseException as error:
-        if isinstance(error, SystemExit) or comm.size == 1:
-            raise
-        traceback.print_exc()
-        print(f"mpiopt: rank {comm.rank} failed; aborting all {comm.size} ranks", file=sys.stderr, flush=True)
-        sys.stderr.flush()
-        comm.Abort(1)
+    return run_collectively(args.run, args, comm, comm=comm)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,20 @@ class CollectiveError(ValueError):
 
     def __init__(self, problems):
         self.problems = dict(sorted(problems.items()))
-        lines = [f"rank {rank}: {message}" for rank, message in self.problems.items()]
-        super().__init__("; ".join(lines))
+        ranks_by_message = {}
+        for rank, message in self.problems.items():
+            ranks_by_message.setdefault(message, []).append(rank)
+        super().__init__("; ".join(f"{_name_ranks(ranks)}: {message}"
+                                   for message, ranks in ranks_by_message.items()))
+
+
+def _name_ranks(ranks):
+    """'rank 3', 'ranks 0-3' or 'ranks 0, 2, 5' for a sorted list of ranks."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return "ranks " + ", ".join(map(str, ranks))
 
 
 def resolve_comm(comm=None):
@@ -64,3 +76,30 @@ def check_collectively(comm, problem=None, agree=None):
                 problems[rank] = "; ".join(differing)
     if problems:
         raise CollectiveError(problems)
+
+
+def run_collectively(function, *args, comm=None, stream=None):
+    """Call ``function(*args)`` with ``python -m mpi4py`` semantics; return its exit status.
+
+    A CollectiveError (raised alike on every rank) is printed once, by rank 0,
+    and gives exit status 2 on every rank.  Any other exception on any rank
+    prints its traceback and aborts the whole job (MPI_Abort), so the other
+    ranks are never left waiting for it.
+    """
+    import sys
+    import traceback
+    comm = resolve_comm(comm)
+    stream = stream or sys.stderr
+    try:
+        return function(*args)
+    except CollectiveError as error:
+        if comm.rank == 0:
+            print(f"error: {error}", file=stream, flush=True)
+        return 2
+    except BaseException as error:
+        if isinstance(error, SystemExit) or comm.size == 1:
+            raise
+        traceback.print_exc()
+        print(f"rank {comm.rank} failed; aborting all {comm.size} ranks", file=stream, flush=True)
+        comm.Abort(1)
+        raise

@@ -20,7 +20,7 @@ def _open_member(archive, key):
     name = f"{key}.npy"
     if name not in archive.namelist():
         keys = sorted(n[:-4] for n in archive.namelist() if n.endswith(".npy"))
-        raise KeyError(f"no array {key!r} in the file (it holds {', '.join(keys) or 'none'})")
+        raise ValueError(f"no array {key!r} in the file (it holds {', '.join(keys) or 'none'})")
     stream = archive.open(name)
     version = npy_format.read_magic(stream)
     read_header = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
@@ -75,7 +75,7 @@ def read_npz_rows(path, keys=("A", "b"), comm=None):
         row_counts = {key: shape[0] if shape else None for key, shape in shapes.items()}
         if None in row_counts.values() or len(set(row_counts.values())) != 1:
             problem = f"{path}: arrays {', '.join(keys)} must have the same number of rows, got {row_counts}"
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+    except (OSError, ValueError, zipfile.BadZipFile) as error:
         problem = f"cannot read {path}: {error}"
     check_collectively(comm, problem)
 

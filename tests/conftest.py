@@ -1,0 +1,67 @@
+"""Shared test helpers.
+
+MPI tests carry ``@pytest.mark.mpi`` (pytest-mpi): the serial pass runs them at
+one rank with ``--with-mpi``; ``mpiexec -n K python -m pytest --only-mpi`` runs
+them at K ranks.  Every test has a timeout (pytest.ini), so a rank that hangs
+fails the run instead of blocking it; pytest-timeout's thread method exits the
+process, which makes mpiexec end the other ranks.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from mpiopt.core.threads import set_blas_threads_from_mpi
+
+set_blas_threads_from_mpi()  # before numpy is imported: one BLAS pool per core, not per rank
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from mpiopt.data.partition import row_range  # noqa: E402
+
+MPIEXEC = Path(sys.executable).parent / "mpiexec"
+
+
+def shard_bounds(total_rows, comm, layout):
+    """Rows [start, stop) of this rank under a named layout.
+
+    even:   as equal as possible;
+    uneven: rank r gets a share proportional to (r + 1)^2;
+    empty:  rank 0 holds no rows (the others split them evenly).
+    """
+    size, rank = comm.size, comm.rank
+    if layout == "even":
+        return row_range(total_rows, rank, size)
+    if layout == "uneven":
+        weights = np.arange(1, size + 1) ** 2
+        edges = np.concatenate([[0], np.round(np.cumsum(weights) / weights.sum() * total_rows)]).astype(int)
+        return int(edges[rank]), int(edges[rank + 1])
+    if layout == "empty":
+        if size == 1:
+            return 0, total_rows
+        if rank == 0:
+            return 0, 0
+        start, stop = row_range(total_rows, rank - 1, size - 1)
+        return start, stop
+    raise ValueError(layout)
+
+
+def run_mpi(ranks, *args, timeout=120, cwd=None, env=None):
+    """Run ``mpiexec -n ranks python args...`` from the test environment; return the CompletedProcess."""
+    if not MPIEXEC.exists():
+        pytest.skip(f"no mpiexec beside {sys.executable}")
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
+    return subprocess.run([str(MPIEXEC), "-n", str(ranks), sys.executable, *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=cwd, env=environment)
+
+
+@pytest.fixture
+def comm():
+    return MPI.COMM_WORLD
+
+
+def gather_messages(comm, error):
+    """Every rank's error message, gathered to all ranks."""
+    return comm.allgather(str(error) if error is not None else None)

@@ -138,3 +138,11 @@ def test_uncaught_exception_on_one_rank_aborts_the_job_without_hanging(tmp_path)
     assert completed.returncode != 0
     assert "deliberate failure on rank 1" in completed.stderr
     assert "aborting all 3 ranks" in completed.stderr
+
+
+@pytest.mark.mpi
+def test_huge_finite_values_are_told_apart_from_nan(comm):
+    A, b = shard(comm)
+    A[:, 1] = 1e308
+    with pytest.raises(CollectiveError, match="A_local has values so large that their sums overflow"):
+        lasso(A, b, 0.1, comm=comm)

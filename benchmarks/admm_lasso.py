@@ -1,0 +1,245 @@
+"""Consensus-ADMM lasso beside scikit-learn's Lasso on the same data, in one run.
+
+    mpiexec -n 2 python benchmarks/admm_lasso.py --rows 100000 --cols 1000
+
+Measured, each as the median of --repeat runs:
+
+* time-to-solution: for each solver a ladder of stopping tolerances is run from
+  a cold start, every run timed whole (ADMM: validation, Gram matrices,
+  factorization and iterations; scikit-learn: ``fit``).  A solver's
+  time-to-solution is the time of the loosest tolerance whose objective is
+  within --target (1e-6) relative of the reference objective, the best
+  objective any run reached;
+* ADMM setup time and iterations, and the per-iteration time of a fixed-length
+  run (--iterations, tolerances 0) beside the bare per-iteration floor: one
+  cached-factor solve plus one allreduce of n doubles, timed in the same run on
+  the same factor.
+
+scikit-learn runs on rank 0 with all of the machine's cores available to its
+BLAS while the other ranks sleep; it gets the full matrix as generated (C
+order) and, separately, in its preferred Fortran order (the copy not timed).
+Output: a table on rank 0, JSON (--output) and optionally a plot (--plot).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
+
+ADMM_TOLERANCES = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10)
+SKLEARN_TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-6, 1e-8, 1e-10)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=100000)
+    parser.add_argument("--cols", type=int, default=1000)
+    parser.add_argument("--density", type=float, default=0.05)
+    parser.add_argument("--noise", type=float, default=0.01)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lam-ratio", type=float, default=0.1, help="lam as a fraction of lambda_max")
+    parser.add_argument("--rho", type=float, default=1.0)
+    parser.add_argument("--alpha", type=float, default=1.6)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per timed configuration (median)")
+    parser.add_argument("--iterations", type=int, default=500,
+                        help="iterations of the fixed-length run that measures the per-iteration time")
+    parser.add_argument("--target", type=float, default=1e-6, help="relative objective gap that counts as solved")
+    parser.add_argument("--no-sklearn", action="store_true", help="ADMM only")
+    parser.add_argument("--output", default="results/admm_lasso.json")
+    parser.add_argument("--plot", help="PNG file: relative objective gap against time for every run")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    set_blas_threads_from_mpi()
+    import numpy as np
+    from mpi4py import MPI
+
+    from mpiopt.admm import lasso
+    from mpiopt.admm.squared import SquaredLossShard
+    from mpiopt.core import backend
+    from mpiopt.core.io import write_json
+    from mpiopt.data.synthetic import lasso_rows, make_lasso
+
+    args = parse_args(argv)
+    comm = MPI.COMM_WORLD
+    say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
+    say(f"admm_lasso benchmark: {args.rows} x {args.cols}, {comm.size} ranks, "
+        f"{os.environ.get('OPENBLAS_NUM_THREADS')} BLAS thread(s) per rank, {available_cores()} cores")
+
+    A, b, _ = make_lasso(args.rows, args.cols, args.density, args.noise, args.seed, comm=comm)
+    lambda_max = float(np.abs(comm.allreduce(A.T @ b)).max())
+    lam = args.lam_ratio * lambda_max
+
+    def objective(x):
+        """Exact global objective from the rows themselves (the same formula for every solver)."""
+        residual = A @ x - b
+        return comm.allreduce(0.5 * float(residual @ residual)) + lam * float(np.abs(x).sum())
+
+    def timed(function):
+        comm.Barrier()
+        start = time.perf_counter()
+        value = function()
+        return value, comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+
+    def run_admm(tolerance):
+        return timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=tolerance,
+                                   eps_rel=tolerance, max_iter=100000))
+
+    run_admm(ADMM_TOLERANCES[0])  # warm-up: first-touch page faults and library loading, not timed
+    runs = []
+    for tolerance in ADMM_TOLERANCES:
+        repeats = [run_admm(tolerance) for _ in range(args.repeat)]
+        result = repeats[0][0]
+        runs.append({
+            "solver": "mpiopt ADMM", "tolerance": tolerance, "iterations": result.iterations,
+            "objective": objective(result.x), "status": result.status,
+            "seconds": statistics.median(t for _, t in repeats),
+            "setup": statistics.median(r.timings["setup"] for r, _ in repeats),
+            "per_iteration": statistics.median(r.timings["per_iteration"] for r, _ in repeats)})
+        say(f"  ADMM tol {tolerance:.0e}: {runs[-1]['iterations']} iterations, {runs[-1]['seconds']:.3f} s")
+
+    # The per-iteration floor: one cached-factor solve and one allreduce of n doubles.
+    shard = SquaredLossShard(A, b, np)
+    shard.factorize(args.rho)
+    buffer = np.zeros(args.cols)
+    vector = np.ones(args.cols)
+
+    def bare_iteration():
+        buffer[...] = backend.cholesky_solve(np, shard._factor, shard.Atb + args.rho * vector)
+        comm.Allreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+
+    floor_samples = []
+    for _ in range(max(args.repeat, 3)):
+        _, seconds = timed(lambda: [bare_iteration() for _ in range(200)])
+        floor_samples.append(seconds / 200)
+    floor = statistics.median(floor_samples)
+    del shard
+    steady = []
+    for _ in range(max(args.repeat, 3)):
+        result, _ = timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=0.0,
+                                        eps_rel=0.0, max_iter=args.iterations))
+        steady.append(result.timings["per_iteration"])
+
+    if not args.no_sklearn:
+        runs += run_sklearn(args, comm, lam, objective, say)
+
+    reference = min(run["objective"] for run in runs)
+    for run in runs:
+        run["relative_gap"] = (run["objective"] - reference) / reference
+    summary = summarize(runs, args.target)
+    per_iteration = {"iterations": args.iterations, "admm": statistics.median(steady), "floor": floor,
+                     "ratio": statistics.median(steady) / floor}
+
+    if comm.rank == 0:
+        print_tables(args, comm.size, runs, summary, per_iteration, reference)
+        payload = {"benchmark": "admm_lasso", "rows": args.rows, "cols": args.cols, "ranks": comm.size,
+                   "cores": available_cores(), "lam": lam, "lambda_max": lambda_max, "repeat": args.repeat,
+                   "target": args.target, "reference_objective": reference, "runs": runs,
+                   "time_to_solution": summary, "per_iteration": per_iteration}
+        write_json(args.output, payload)
+        print(f"JSON written to {args.output}")
+        if args.plot:
+            plot(runs, args.plot)
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def run_sklearn(args, comm, lam, objective, say):
+    """scikit-learn's Lasso on rank 0, with all cores; the other ranks sleep meanwhile."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from mpiopt.data.synthetic import lasso_rows
+    runs = []
+    if comm.rank == 0:
+        from sklearn.linear_model import Lasso
+        from threadpoolctl import threadpool_limits
+        A_full, b_full = lasso_rows(args.rows, args.cols, 0, args.rows, args.density, args.noise, args.seed)
+        layouts = {"C order": A_full, "Fortran order": np.asfortranarray(A_full)}
+        with threadpool_limits(limits=available_cores()):
+            for layout, X in layouts.items():
+                Lasso(alpha=lam / args.rows, fit_intercept=False, tol=SKLEARN_TOLERANCES[0]).fit(X, b_full)  # warm-up
+                for tolerance in SKLEARN_TOLERANCES:
+                    seconds, model = [], None
+                    for _ in range(args.repeat):
+                        model = Lasso(alpha=lam / args.rows, fit_intercept=False, tol=tolerance, max_iter=100000)
+                        start = time.perf_counter()
+                        model.fit(X, b_full)
+                        seconds.append(time.perf_counter() - start)
+                    runs.append({"solver": f"scikit-learn Lasso ({layout})", "tolerance": tolerance,
+                                 "iterations": int(model.n_iter_), "coef": model.coef_,
+                                 "seconds": statistics.median(seconds)})
+                    say(f"  scikit-learn {layout} tol {tolerance:.0e}: {model.n_iter_} epochs, "
+                        f"{runs[-1]['seconds']:.3f} s")
+        del layouts, A_full
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.01)
+    runs = comm.bcast(runs, root=0)
+    for run in runs:
+        run["objective"] = objective(np.asarray(run.pop("coef")))
+    return runs
+
+
+def summarize(runs, target):
+    """Per solver: the loosest tolerance reaching the target gap, and its time."""
+    summary = {}
+    for solver in dict.fromkeys(run["solver"] for run in runs):
+        reached = [run for run in runs if run["solver"] == solver and run["relative_gap"] <= target]
+        best = max(reached, key=lambda run: run["tolerance"]) if reached else None
+        summary[solver] = {"tolerance": best["tolerance"] if best else None,
+                           "seconds": best["seconds"] if best else None,
+                           "iterations": best["iterations"] if best else None}
+    return summary
+
+
+def print_tables(args, ranks, runs, summary, per_iteration, reference):
+    print(f"\nlasso {args.rows} x {args.cols}, lam = {args.lam_ratio} lambda_max, {ranks} ranks; "
+          f"median of {args.repeat}; reference objective {reference:.12e}")
+    print(f"{'solver':<34} {'tol':>7} {'iters':>6} {'time(s)':>9} {'rel. gap':>10}")
+    for run in runs:
+        print(f"{run['solver']:<34} {run['tolerance']:>7.0e} {run['iterations']:>6} {run['seconds']:>9.3f} "
+              f"{run['relative_gap']:>10.1e}")
+    print(f"\ntime to solution (relative gap <= {args.target:g}):")
+    admm = summary["mpiopt ADMM"]["seconds"]
+    for solver, entry in summary.items():
+        if entry["seconds"] is None:
+            print(f"  {solver:<34} not reached")
+            continue
+        ratio = f"  (ADMM / this = {admm / entry['seconds']:.2f})" if admm and solver != "mpiopt ADMM" else ""
+        print(f"  {solver:<34} {entry['seconds']:8.3f} s at tol {entry['tolerance']:.0e}{ratio}")
+    chosen = summary["mpiopt ADMM"]["tolerance"]
+    admm_run = next((r for r in runs if r["solver"] == "mpiopt ADMM" and r["tolerance"] == chosen), None)
+    if admm_run:
+        print(f"\nADMM setup {admm_run['setup']:.3f} s (median, at that tolerance)")
+    print(f"ADMM per iteration over {per_iteration['iterations']} iterations: {1e3 * per_iteration['admm']:.3f} ms; "
+          f"floor (cached-factor solve + allreduce of n doubles): {1e3 * per_iteration['floor']:.3f} ms; "
+          f"ratio {per_iteration['ratio']:.2f}")
+
+
+def plot(runs, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for solver in dict.fromkeys(run["solver"] for run in runs):
+        points = sorted((run["seconds"], max(run["relative_gap"], 1e-16)) for run in runs if run["solver"] == solver)
+        axes.plot(*zip(*points), marker="o", label=solver)
+    axes.set_xlabel("time to return (s)")
+    axes.set_ylabel("relative objective gap")
+    axes.set_yscale("log")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    figure.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    from mpiopt.core.comm import run_collectively
+    sys.exit(run_collectively(main))

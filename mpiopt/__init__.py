@@ -8,7 +8,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("admm", "core", "data", "cli")
+_SUBPACKAGES = ("admm", "cli", "collectives", "core", "data")
 
 
 def __getattr__(name):

@@ -50,6 +50,8 @@ def build_parser():
                         help="npz file holding arrays A and b; each rank reads only its own rows")
     lasso.add_argument("--density", type=float, default=0.05, help="synthetic: fraction of nonzeros in x_true")
     lasso.add_argument("--noise", type=float, default=0.01, help="synthetic: standard deviation of the noise")
+    lasso.add_argument("--correlation", type=float, default=0.0,
+                       help="synthetic: pairwise correlation of the columns of A, in [0, 1)")
     lasso.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
     weight = lasso.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
@@ -74,9 +76,10 @@ def _load_lasso_problem(args, comm):
         return A, b, full, {"data": args.data}
     from .data.synthetic import lasso_rows, make_lasso
     m, n = args.synthetic
-    A, b, _ = make_lasso(m, n, args.density, args.noise, args.seed, comm=comm)
-    return A, b, lambda: lasso_rows(m, n, 0, m, args.density, args.noise, args.seed), {
-        "synthetic": {"rows": m, "n": n, "density": args.density, "noise": args.noise, "seed": args.seed}}
+    A, b, _ = make_lasso(m, n, args.density, args.noise, args.seed, args.correlation, comm=comm)
+    return A, b, lambda: lasso_rows(m, n, 0, m, args.density, args.noise, args.seed, args.correlation), {
+        "synthetic": {"rows": m, "n": n, "density": args.density, "noise": args.noise, "seed": args.seed,
+                      "correlation": args.correlation}}
 
 
 def run_lasso(args, comm):

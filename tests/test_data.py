@@ -22,6 +22,9 @@ def test_synthetic_rows_do_not_depend_on_how_they_are_split():
     for start, stop in [(0, 1), (4095, 4097), (5000, 9000), (8999, 9000), (10, 10)]:
         part_A, part_b = lasso_rows(m, n, start, stop, seed=3)
         assert np.array_equal(part_A, A[start:stop]) and np.array_equal(part_b, b[start:stop])
+    A, b = lasso_rows(m, n, 0, m, seed=3, correlation=0.5)
+    part_A, part_b = lasso_rows(m, n, 4000, 8200, seed=3, correlation=0.5)
+    assert np.array_equal(part_A, A[4000:8200]) and np.array_equal(part_b, b[4000:8200])
 
 
 def test_synthetic_problem_has_requested_sparsity_and_noise():
@@ -31,9 +34,19 @@ def test_synthetic_problem_has_requested_sparsity_and_noise():
     assert abs(np.linalg.norm(A, axis=0).mean() - 1.0) < 0.05
 
 
+def test_correlated_design_has_the_requested_column_correlation():
+    A, _, _ = make_lasso(20000, 30, correlation=0.6, seed=2, comm=MPI.COMM_SELF)
+    correlations = np.corrcoef(A, rowvar=False)[np.triu_indices(30, 1)]
+    assert abs(correlations.mean() - 0.6) < 0.02
+    A0, _, _ = make_lasso(20000, 30, correlation=0.0, seed=2, comm=MPI.COMM_SELF)
+    assert abs(np.corrcoef(A0, rowvar=False)[np.triu_indices(30, 1)].mean()) < 0.02
+
+
 def test_make_lasso_rejects_bad_shape_collectively():
     with pytest.raises(CollectiveError, match="m must be an integer >= 1"):
         make_lasso(0, 5, comm=MPI.COMM_SELF)
+    with pytest.raises(CollectiveError, match=r"correlation must be in \[0, 1\), got 1.0"):
+        make_lasso(10, 5, correlation=1.0, comm=MPI.COMM_SELF)
 
 
 @pytest.fixture(params=["savez", "savez_compressed", "fortran"])

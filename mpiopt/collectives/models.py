@@ -1,0 +1,79 @@
+"""Alpha-beta-gamma cost models of the all-reduce algorithms, and fitting them.
+
+alpha is the latency of one message, beta the time per byte on the wire, gamma
+the time per byte of local reduction and c the time per byte of a memory copy.
+They are fitted on the machine: alpha and beta from a ping-pong between ranks 0
+and 1 (half the round trip = alpha + n beta, least squares over sizes), gamma and
+c from timing numpy's add and copy on local buffers.
+"""
+import math
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+
+def predict(algorithm, p, nbytes, alpha, beta, gamma, copy=0.0, nodes=1):
+    """Predicted seconds of one all-reduce of ``nbytes`` over ``p`` ranks, or None if no model."""
+    if p <= 1:
+        return 0.0
+    n = float(nbytes)
+    if algorithm in ("ring", "ring-seg", "ps-sharded"):
+        return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
+    if algorithm == "rd":
+        power = 1 << (p.bit_length() - 1)
+        steps = int(math.log2(power))
+        fold = 0.0 if power == p else 2 * (alpha + n * beta) + n * gamma
+        return steps * (alpha + n * beta + n * gamma) + fold
+    if algorithm == "ps":
+        return 2 * (p - 1) * (alpha + n * beta) + (p - 1) * n * gamma
+    if algorithm == "hier":
+        leaders = predict("ring", nodes, nbytes, alpha, beta, gamma) if nodes > 1 else 0.0
+        return 4 * alpha + n * (2 * copy + (p - 1) / p * gamma + copy / p) + leaders
+    return None
+
+
+def fit_alpha_beta(comm=None, sizes=None, repeats=50):
+    """(alpha, beta) from a ping-pong between ranks 0 and 1; every rank gets the result.
+
+    With one rank there is no wire: returns (0.0, 0.0).
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if comm.Get_size() < 2:
+        return 0.0, 0.0
+    sizes = sizes or [8 << k for k in range(0, 22, 3)]  # 8 B .. 16 MiB
+    rank = comm.Get_rank()
+    times = []
+    buffer = np.zeros(max(sizes), dtype=np.uint8)
+    for nbytes in sizes:
+        count = max(3, min(repeats, int(2e8 // max(nbytes, 1))))
+        wire = [buffer[:nbytes], MPI.BYTE]
+        comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(count):
+            if rank == 0:
+                comm.Send(wire, 1, 30)
+                comm.Recv(wire, 1, 30)
+            elif rank == 1:
+                comm.Recv(wire, 0, 30)
+                comm.Send(wire, 0, 30)
+        times.append((time.perf_counter() - start) / count / 2)
+    times = comm.bcast(times, root=0)
+    design = np.column_stack([np.ones(len(sizes)), np.asarray(sizes, dtype=float)])
+    (alpha, beta), *_ = np.linalg.lstsq(design, np.asarray(times), rcond=None)
+    return max(float(alpha), 0.0), max(float(beta), 0.0)
+
+
+def fit_gamma_copy(nbytes=32 << 20, repeats=5, dtype=np.float32):
+    """(gamma, c): seconds per byte of an in-place add and of a copy, on this process."""
+    a = np.ones(nbytes // np.dtype(dtype).itemsize, dtype=dtype)
+    b = np.ones_like(a)
+    add, copy = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        np.add(a, b, out=a)
+        add.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        np.copyto(a, b)
+        copy.append(time.perf_counter() - start)
+    return float(np.median(add)) / nbytes, float(np.median(copy)) / nbytes

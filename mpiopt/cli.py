@@ -31,6 +31,9 @@ def _add_admm_settings(parser):
     group.add_argument("--max-iter", type=int, default=defaults.max_iter, help="iteration limit (default %(default)s)")
     group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
+    group.add_argument("--reducer", default=defaults.reducer,
+                       help="all-reduce of the z-step: mpi, ring, ring-seg, rd, hier, ps, ps-sharded, auto "
+                            "(default %(default)s)")
     group.add_argument("--quiet", action="store_true", help="no iteration log")
 
 
@@ -91,6 +94,7 @@ def run_lasso(args, comm):
     A, b, full_problem, source = _load_lasso_problem(args, comm)
     settings = dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
                     max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
+                    reducer=args.reducer,
                     verbose=not args.quiet)
     if args.lam is not None:
         result = lasso(A, b, args.lam, comm=comm, **settings)

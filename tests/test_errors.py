@@ -71,6 +71,11 @@ def with_unknown_setting(comm):
     return (A, b, 0.1), {"rhoo": 1.0}
 
 
+def with_unknown_reducer(comm):
+    A, b = shard(comm)
+    return (A, b, 0.1), {"reducer": "tree"}
+
+
 def with_no_rows_anywhere(comm):
     return (np.zeros((0, 4)), np.zeros(0), 0.1), {}
 
@@ -86,6 +91,7 @@ CASES = [
     (with_lam_differing, "last", "lam=0.2 differs from rank 0's 0.1"),
     (with_zero_rho, "all", "rho must be a finite number > 0, got 0.0"),
     (with_unknown_setting, "all", "unknown ADMM setting(s) 'rhoo'"),
+    (with_unknown_reducer, "all", "reducer must be one of mpi, ring"),
     (with_no_rows_anywhere, "first", "no rank holds any rows of A"),
 ]
 

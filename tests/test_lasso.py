@@ -151,3 +151,15 @@ def test_verbose_log_prints_on_rank_zero_only(comm, capsys):
         assert "status:      max_iter" in printed
     else:
         assert printed == ""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("reducer", ["mpi", "ring", "rd", "hier", "ps-sharded"])
+def test_z_step_reducer_gives_the_same_answer(comm, reducer):
+    A, b, lam = problem("tall", seed=9)
+    start, stop = shard_bounds(A.shape[0], comm, "uneven")
+    baseline = lasso(A[start:stop], b[start:stop], lam, comm=comm, reducer="mpi", **TIGHT)
+    result = lasso(A[start:stop], b[start:stop], lam, comm=comm, reducer=reducer, **TIGHT)
+    assert result.info["settings"]["reducer"] == reducer
+    assert np.allclose(result.x, baseline.x, rtol=0, atol=1e-9 * np.abs(baseline.x).max())
+    assert abs(result.iterations - baseline.iterations) <= 2

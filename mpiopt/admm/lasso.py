@@ -9,11 +9,12 @@ own rows.  See :mod:`mpiopt.admm.engine` for the iteration and
 import time
 
 import numpy
+from mpi4py import MPI
 
 from .. import __version__
 from ..core import backend
 from ..core.comm import check_collectively, first_problem, resolve_comm
-from .engine import ConsensusADMM, allreduce_sum
+from .engine import ConsensusADMM
 from .prox import L1Penalty
 from .settings import ADMMSettings
 from .squared import SquaredLossShard
@@ -86,7 +87,7 @@ def lasso(A_local, b_local, lam=None, comm=None, *, lam_ratio=None, **settings):
     lam_ratio : lam as a fraction of lambda_max = ||A^T b||_inf (computed across
         ranks), the smallest lam for which x = 0 is optimal.
     **settings : see :class:`mpiopt.admm.ADMMSettings` (rho, alpha, eps_abs,
-        eps_rel, max_iter, time_limit, verbose, log_every).
+        eps_rel, max_iter, time_limit, verbose, log_every, reducer).
 
     Returns
     -------
@@ -117,7 +118,9 @@ def lasso(A_local, b_local, lam=None, comm=None, *, lam_ratio=None, **settings):
     total_rows = sum(rows for rows, _ in shards)
     kinds = [kind for _, kind in shards]
     check_collectively(comm, "no rank holds any rows of A" if total_rows == 0 and comm.rank == 0 else None)
-    lambda_max = float(xp.abs(allreduce_sum(comm, loss.gradient_at_zero().copy())).max())
+    gradient = loss.gradient_at_zero().copy()
+    comm.Allreduce(MPI.IN_PLACE, gradient, op=MPI.SUM)
+    lambda_max = float(xp.abs(gradient).max())
     lam_value = lam if lam is not None else lam_ratio * lambda_max
     engine = ConsensusADMM(loss, L1Penalty(lam_value, xp), options, comm, xp)
     loss.factorize(options.rho)
@@ -137,7 +140,7 @@ def lasso(A_local, b_local, lam=None, comm=None, *, lam_ratio=None, **settings):
         f"shards:   tall {kinds.count('tall')}, wide {kinds.count('wide')}, empty {kinds.count('empty')}; "
         f"x-step by cached Cholesky factors",
         f"settings: rho = {options.rho:.3e}, alpha = {options.alpha:.2f}, eps_abs = {options.eps_abs:.1e}, "
-        f"eps_rel = {options.eps_rel:.1e}, max_iter = {options.max_iter}",
+        f"eps_rel = {options.eps_rel:.1e}, max_iter = {options.max_iter}, reducer = {options.reducer}",
         f"setup:    {setup_time:.3f} s (validation, Gram matrices, factorization, lambda_max)",
     ]
     return engine.solve(setup_time, info, banner, f"mpiopt {__version__}: consensus ADMM lasso")

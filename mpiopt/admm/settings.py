@@ -5,6 +5,8 @@ Defaults live here and nowhere else.  Unknown settings are rejected by name.
 import dataclasses
 import math
 
+from ..collectives import REDUCERS
+
 
 @dataclasses.dataclass(frozen=True)
 class ADMMSettings:
@@ -16,6 +18,7 @@ class ADMMSettings:
     time_limit: float = 0.0   # seconds for the iterations; 0 means none
     verbose: bool = False     # iteration log on rank 0
     log_every: int = 25       # log (and objective) every this many iterations
+    reducer: str = "auto"     # all-reduce of the z-step: see mpiopt.collectives.get_reducer
 
     @classmethod
     def from_kwargs(cls, **settings):
@@ -43,6 +46,7 @@ class ADMMSettings:
             (integer(self.max_iter) and self.max_iter >= 1, f"max_iter must be an integer >= 1, got {self.max_iter!r}"),
             (number(self.time_limit) and self.time_limit >= 0, f"time_limit must be >= 0, got {self.time_limit!r}"),
             (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
+            (self.reducer in REDUCERS, f"reducer must be one of {', '.join(REDUCERS)}, got {self.reducer!r}"),
         ]
         return next((message for ok, message in checks if not ok), None)
 

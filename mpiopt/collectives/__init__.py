@@ -11,7 +11,7 @@
 ``hier``       node-aware: shared-memory window within a node, ring across
 ``ps``         synchronous single parameter server (``server=``)
 ``ps-sharded`` sharded parameter servers owning key ranges (``servers=``)
-``auto``       rd below a size threshold, hier or ring above
+``auto``       MPI below 64 KiB, then hier (several ranks per node) or ring
 =============  ============================================================
 
 :class:`AsyncParameterServer` is the asynchronous server (push/pull).

@@ -104,28 +104,35 @@ class Reducer:
                                    for rank, (_, arguments) in enumerate(gathered)})
 
     def _prepare(self, sendbuf, recvbuf, op):
+        """Validate (collectively when ``check``); return the flat output array, not yet filled."""
         if self.check:
             self._collective_check(sendbuf, recvbuf, op)
         else:
             problem = self._local_problem(sendbuf, recvbuf, op)
             if problem:
                 raise ValueError(f"rank {self.rank}: {problem}")
-        if recvbuf is None:
-            recvbuf = sendbuf.copy()
-        elif recvbuf is not sendbuf:
-            np.copyto(recvbuf, sendbuf)
-        return recvbuf.reshape(-1)
+        out = np.empty_like(sendbuf) if recvbuf is None else recvbuf
+        return out.reshape(-1)
 
     # -- the interface -----------------------------------------------------
     def allreduce(self, sendbuf, recvbuf=None, op="sum"):
         """Reduce ``sendbuf`` over all ranks; the result goes to ``recvbuf``
         (a new array when None; in place when ``recvbuf is sendbuf``)."""
         out = self._prepare(sendbuf, recvbuf, op)
+        source = sendbuf.reshape(-1)
         if self.size > 1 and out.size:
-            self._allreduce_inplace(out, OPS[op])
+            self._allreduce_into(source, out, OPS[op])
+        elif out is not source:
+            np.copyto(out, source)
         if op == "mean":
             out /= out.dtype.type(self.size)
         return out.reshape(sendbuf.shape)
+
+    def _allreduce_into(self, source, out, ufunc):
+        """Reduce ``source`` into ``out`` (which may be ``source``); by default copy, then in place."""
+        if out.ctypes.data != source.ctypes.data:
+            np.copyto(out, source)
+        self._allreduce_inplace(out, ufunc)
 
     def _allreduce_inplace(self, buffer, ufunc):
         raise NotImplementedError

@@ -1,30 +1,66 @@
 """Node-aware all-reduce through an MPI-3 shared-memory window.
 
 The communicator is split by node (MPI_COMM_TYPE_SHARED, or any grouping the
-caller gives, such as ranks grouped by parity to stand in for two nodes).  On
-each node the ranks share one window holding a slot per rank and a result slot:
+caller gives, such as ranks grouped by parity to stand in for two nodes).  The
+ranks of a node share one window with a slot per rank:
 
-    1. each rank copies its buffer into its slot;                 (node barrier)
-    2. local rank j reduces slice j of every slot into the
-       result slot: a reduce-scatter with no MPI messages;        (node barrier)
-    3. the node leaders (local rank 0) all-reduce the result slot
-       over the leaders' communicator with the ring;              (node barrier)
-    4. every rank copies the result slot into its output.         (node barrier)
+    1. each rank's data is in its slot;                              (node barrier)
+    2. local rank j owns slice j: block by block it sums slice j of
+       every slot and writes the sum back into slice j of every slot,
+       so the reduction's output goes straight to all ranks;         (node barrier)
+    3. with several nodes, the leaders (local rank 0) all-reduce
+       their slot over the leaders' communicator with the ring, and
+       the other ranks copy the leader's slot into their own.        (node barrier)
 
-On one node a rank moves about 3n bytes through memory (copy in, its slice of
-the reduction reading all slots, copy out) instead of sending 2 (p-1)/p n bytes
-through MPI, where each message is copied through an intermediate buffer:
+No data travel in MPI messages within a node.  Per rank, step 2 reads n bytes
+and writes n bytes:
 
-    T_hier = 4 alpha_barrier + n (2 c + gamma) + T_ring(leaders, n)
+    T_hier = 3 alpha_barrier + n (c + gamma (p-1)/p) + T_ring(leaders, n) [+ n c with several nodes]
 
-with c the cost of copying one byte.  The window grows when a larger buffer
-arrives and is kept for later calls.
+``shared_buffer(count, dtype)`` hands out an array that already lives in a
+window: reducing it in place costs only step 2 (zero copy), which is how a
+training loop should hold its gradient buckets.  Any other buffer is copied
+into a scratch window first and copied out afterwards (2 n c more).
 """
 import numpy as np
 from mpi4py import MPI
 
+from ..core.comm import check_collectively
 from .base import Reducer, chunk_bounds
 from .ring import RingReducer
+
+BLOCK_BYTES = 256 << 10  # reduce and fan out in cache-sized blocks
+
+
+class SharedSlots:
+    """A window on one node's communicator holding one slot of ``nbytes`` per rank."""
+
+    def __init__(self, node, nbytes):
+        self.node = node
+        self.local_rank, self.local_size = node.Get_rank(), node.Get_size()
+        self.nbytes = max(64, -(-nbytes // 64) * 64)  # whole cache lines: every slot aligned for any dtype
+        size = self.nbytes * self.local_size if self.local_rank == 0 else 0
+        self.window = MPI.Win.Allocate_shared(size, 1, comm=node)
+        self.window.Lock_all(MPI.MODE_NOCHECK)
+        memory, _ = self.window.Shared_query(0)
+        self.bytes = np.frombuffer(memory, dtype=np.uint8)[:self.nbytes * self.local_size].reshape(
+            self.local_size, self.nbytes)
+
+    def typed(self, dtype, count):
+        """All slots as a (local_size, count) array of ``dtype``."""
+        return self.bytes[:, :count * np.dtype(dtype).itemsize].view(dtype)
+
+    def sync(self):
+        """Make every rank's writes visible to every rank of the node."""
+        self.window.Sync()
+        self.node.Barrier()
+        self.window.Sync()
+
+    def free(self):
+        if self.window is not None:
+            self.window.Unlock_all()
+            self.window.Free()
+            self.window = None
 
 
 class HierarchicalReducer(Reducer):
@@ -48,59 +84,74 @@ class HierarchicalReducer(Reducer):
         self.leaders = self.comm.Split(color=0 if is_leader else MPI.UNDEFINED, key=self.rank)
         self.leader_ring = RingReducer(self.leaders, check=False) if is_leader else None
         self.nodes = self.comm.allreduce(int(is_leader))
-        self._window = None
-        self._window_bytes = 0
+        self._scratch_slots = None
+        self._shared = {}  # address of this rank's slot -> SharedSlots, for shared_buffer arrays
 
-    def _slots(self, nbytes):
-        """(window, this node's slots as one 2-D byte array, result slot); grows when needed."""
-        if nbytes > self._window_bytes:
-            self._free_window()
-            nbytes = -(-nbytes // 64) * 64  # whole cache lines, so every slot is aligned for any dtype
-            size = nbytes * (self.local_size + 1) if self.local_rank == 0 else 0
-            self._window = MPI.Win.Allocate_shared(size, 1, comm=self.node)
-            self._window.Lock_all(MPI.MODE_NOCHECK)
-            self._window_bytes = nbytes
-        memory, _ = self._window.Shared_query(0)
-        raw = np.frombuffer(memory, dtype=np.uint8)
-        return raw[:self._window_bytes * (self.local_size + 1)].reshape(self.local_size + 1, self._window_bytes)
+    def shared_buffer(self, count, dtype=np.float64):
+        """A zeroed array of ``count`` elements in shared memory (collective over ``comm``).
 
-    def _sync(self):
-        self._window.Sync()
-        self.node.Barrier()
-        self._window.Sync()
+        ``allreduce(buffer, buffer)`` on it reduces in place with no copy in or out.
+        """
+        dtype = np.dtype(dtype)
+        check_collectively(self.comm, None if count >= 0 else f"count must be >= 0, got {count}",
+                           {"count": count, "dtype": str(dtype)})
+        slots = SharedSlots(self.node, count * dtype.itemsize)
+        mine = slots.typed(dtype, count)[self.local_rank]
+        mine[...] = 0
+        self._shared[mine.ctypes.data] = slots
+        return mine
 
-    def _allreduce_inplace(self, buffer, ufunc):
-        nbytes = buffer.nbytes
-        slots = self._slots(nbytes)
-        dtype, count = buffer.dtype, buffer.size
-        typed = slots[:, :nbytes].view(dtype)        # (local_size + 1) x count
-        typed[self.local_rank] = buffer
-        self._sync()
+    def free_shared(self, buffer):
+        """Release an array from :meth:`shared_buffer` (collective over the node)."""
+        slots = self._shared.pop(buffer.ctypes.data, None)
+        if slots is None:
+            raise ValueError(f"rank {self.rank}: that array was not made by shared_buffer")
+        slots.free()
+
+    def _allreduce_into(self, source, out, ufunc):
+        slots = self._shared.get(out.ctypes.data)
+        if slots is not None and out.nbytes <= slots.nbytes and out.ctypes.data == source.ctypes.data:
+            self._reduce_slots(slots, out.dtype, out.size, ufunc)
+            return
+        if self._scratch_slots is None or self._scratch_slots.nbytes < out.nbytes:
+            if self._scratch_slots is not None:
+                self._scratch_slots.free()
+            self._scratch_slots = SharedSlots(self.node, out.nbytes)
+        typed = self._scratch_slots.typed(out.dtype, out.size)
+        np.copyto(typed[self.local_rank], source)
+        self._reduce_slots(self._scratch_slots, out.dtype, out.size, ufunc)
+        np.copyto(out, typed[self.local_rank])
+
+    def _reduce_slots(self, slots, dtype, count, ufunc):
+        typed = slots.typed(dtype, count)
+        slots.sync()
         bounds = chunk_bounds(count, self.local_size)
-        lo, hi = bounds[self.local_rank], bounds[self.local_rank + 1]
-        if hi > lo:
-            result = typed[self.local_size, lo:hi]
-            np.copyto(result, typed[0, lo:hi])
-            for slot in range(1, self.local_size):
-                ufunc(result, typed[slot, lo:hi], out=result)
-        self._sync()
+        block = max(1, BLOCK_BYTES // np.dtype(dtype).itemsize)
+        for lo in range(bounds[self.local_rank], bounds[self.local_rank + 1], block):
+            hi = min(lo + block, bounds[self.local_rank + 1])
+            total = typed[self.local_rank, lo:hi]
+            for slot in range(self.local_size):
+                if slot != self.local_rank:
+                    ufunc(total, typed[slot, lo:hi], out=total)
+            for slot in range(self.local_size):
+                if slot != self.local_rank:
+                    typed[slot, lo:hi] = total
+        slots.sync()
         if self.nodes > 1:
             if self.leader_ring is not None:
-                self.leader_ring._allreduce_inplace(typed[self.local_size], ufunc)
-            self._sync()
-        np.copyto(buffer, typed[self.local_size])
-        self.node.Barrier()  # nobody overwrites a slot until everyone has read the result
-
-    def _free_window(self):
-        if self._window is not None:
-            self._window.Unlock_all()
-            self._window.Free()
-            self._window = None
-            self._window_bytes = 0
+                self.leader_ring._allreduce_inplace(typed[0], ufunc)
+            slots.sync()
+            if self.local_rank != 0:
+                np.copyto(typed[self.local_rank], typed[0])
+            slots.sync()  # the leader's slot is not overwritten before everyone has read it
 
     def close(self):
         super().close()
-        self._free_window()
+        for slots in [self._scratch_slots, *self._shared.values()]:
+            if slots is not None:
+                slots.free()
+        self._scratch_slots = None
+        self._shared.clear()
         if self.leader_ring is not None:
             self.leader_ring.close()
         for comm in (self.leaders, self.node):

@@ -27,9 +27,10 @@ def predict(algorithm, p, nbytes, alpha, beta, gamma, copy=0.0, nodes=1):
         return steps * (alpha + n * beta + n * gamma) + fold
     if algorithm == "ps":
         return 2 * (p - 1) * (alpha + n * beta) + (p - 1) * n * gamma
-    if algorithm == "hier":
-        leaders = predict("ring", nodes, nbytes, alpha, beta, gamma) if nodes > 1 else 0.0
-        return 4 * alpha + n * (2 * copy + (p - 1) / p * gamma + copy / p) + leaders
+    if algorithm in ("hier", "hier-shm"):
+        leaders = predict("ring", nodes, nbytes, alpha, beta, gamma) + n * copy if nodes > 1 else 0.0
+        copies = 0.0 if algorithm == "hier-shm" else 2 * n * copy
+        return 3 * alpha + n * (copy + (p - 1) / p * gamma) + copies + leaders
     return None
 
 

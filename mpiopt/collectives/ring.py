@@ -34,13 +34,14 @@ class RingReducer(Reducer):
     def __init__(self, comm=None, check=True, segment_bytes=0):
         super().__init__(comm, check)
         self.segment_bytes = int(segment_bytes)
+        check_collectively(self.comm, None, {"segment_bytes": self.segment_bytes})
         self.right = (self.rank + 1) % self.size
         self.left = (self.rank - 1) % self.size
 
     def _exchange_reduce(self, send, receive_into, ufunc):
         """Send ``send`` right; receive the same-size chunk from the left and reduce it into ``receive_into``."""
         incoming = self.scratch("ring", receive_into.size, receive_into.dtype)
-        if self.segment_bytes <= 0 or max(send.nbytes, receive_into.nbytes) <= self.segment_bytes:
+        if self.segment_bytes <= 0:
             self.comm.Sendrecv([as_bytes(send), MPI.BYTE], self.right, 0,
                                [as_bytes(incoming), MPI.BYTE], self.left, 0)
             ufunc(receive_into, incoming, out=receive_into)
@@ -49,9 +50,11 @@ class RingReducer(Reducer):
 
         def cut(count):
             return [(lo, min(lo + per_segment, count)) for lo in range(0, count, per_segment)]
+        # Both ends cut a chunk the same way, since they see the same chunk size.
         sends = [self.comm.Isend([as_bytes(send[lo:hi]), MPI.BYTE], self.right, 1) for lo, hi in cut(send.size)]
         segments = cut(receive_into.size)
-        receive = self.comm.Irecv([as_bytes(incoming[slice(*segments[0])]), MPI.BYTE], self.left, 1)
+        receive = self.comm.Irecv([as_bytes(incoming[slice(*segments[0])]), MPI.BYTE], self.left, 1) \
+            if segments else None
         for k, (lo, hi) in enumerate(segments):
             receive.Wait()
             if k + 1 < len(segments):
@@ -88,6 +91,7 @@ class RingReducer(Reducer):
     def reduce_scatter(self, sendbuf, op="sum"):
         """This rank's chunk (``chunk_bounds(len, p)[rank]`` onwards) of the reduction of ``sendbuf``."""
         work = self._prepare(sendbuf, None, op)
+        np.copyto(work, sendbuf.reshape(-1))
         bounds = chunk_bounds(work.size, self.size)
         if self.size > 1 and work.size:
             self.reduce_scatter_inplace(work, OPS[op])

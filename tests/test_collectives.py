@@ -246,3 +246,10 @@ def test_fitted_parameters_are_positive_and_shared(comm):
     if comm.size > 1:
         assert alpha > 0 and beta > 0
     assert comm.allgather((alpha, beta)) == [(alpha, beta)] * comm.size
+
+
+def test_alpha_beta_fit_recovers_known_parameters():
+    from mpiopt.collectives.models import _fit
+    sizes = [8 << k for k in range(0, 22, 3)]
+    alpha, beta = 5e-6, 1e-10
+    assert _fit(sizes, [alpha + n * beta for n in sizes]) == pytest.approx((alpha, beta), rel=0.02)

@@ -3,8 +3,9 @@
 alpha is the latency of one message, beta the time per byte on the wire, gamma
 the time per byte of local reduction and c the time per byte of a memory copy.
 They are fitted on the machine: alpha and beta from a ping-pong between ranks 0
-and 1 (half the round trip = alpha + n beta, least squares over sizes), gamma and
-c from timing numpy's add and copy on local buffers.
+and 1 (half the round trip = alpha + n beta; alpha from the messages of at most
+1 KiB, beta from those of at least 64 KiB), gamma and c from timing numpy's add
+and copy on local buffers.
 """
 import math
 import time
@@ -60,9 +61,21 @@ def fit_alpha_beta(comm=None, sizes=None, repeats=50):
                 comm.Send(wire, 0, 30)
         times.append((time.perf_counter() - start) / count / 2)
     times = comm.bcast(times, root=0)
-    design = np.column_stack([np.ones(len(sizes)), np.asarray(sizes, dtype=float)])
-    (alpha, beta), *_ = np.linalg.lstsq(design, np.asarray(times), rcond=None)
-    return max(float(alpha), 0.0), max(float(beta), 0.0)
+    return _fit(sizes, times)
+
+
+def _fit(sizes, times, small=1024, large=64 << 10):
+    """alpha from the small messages (latency-bound), beta from the large ones (bandwidth-bound).
+
+    A single least-squares line over all sizes is dominated by the large
+    messages and leaves alpha at the mercy of noise; fitting each where it
+    dominates is robust.
+    """
+    sizes, times = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
+    alpha = float(np.median(times[sizes <= small])) if np.any(sizes <= small) else float(times.min())
+    slopes = (times[sizes >= large] - alpha) / sizes[sizes >= large]
+    beta = float(np.median(slopes)) if slopes.size else 0.0
+    return max(alpha, 0.0), max(beta, 0.0)
 
 
 def fit_gamma_copy(nbytes=32 << 20, repeats=5, dtype=np.float32):

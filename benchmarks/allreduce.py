@@ -45,7 +45,8 @@ def parse_args(argv=None):
     parser.add_argument("-b", "--minbytes", type=size_argument, default=8, help="smallest size (default 8)")
     parser.add_argument("-e", "--maxbytes", type=size_argument, default=256 << 20, help="largest size (default 256M)")
     parser.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
-    parser.add_argument("-n", "--iters", type=int, default=20, help="timed iterations (default 20)")
+    parser.add_argument("-n", "--iters", type=int, default=20,
+                        help="timed iterations (default 20; small messages get more, up to 1000)")
     parser.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed iterations (default 5)")
     parser.add_argument("--max-seconds", type=float, default=3.0,
                         help="fewer timed iterations (>= 3) for a size when they would take longer than this")
@@ -118,7 +119,10 @@ def main(argv=None):
             start = time.perf_counter()
             call.run()
             estimate = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-            iterations = max(3, min(args.iters, int(args.max_seconds / max(estimate, 1e-9))))
+            # At least --iters calls, more for small messages (up to 1000, about 50 ms in all, as OSU
+            # does) so a passing disturbance cannot move the median; fewer (>= 3) past --max-seconds.
+            iterations = max(args.iters, min(1000, int(0.05 / max(estimate, 1e-9))))
+            iterations = max(3, min(iterations, int(args.max_seconds / max(estimate, 1e-9))))
             times = np.empty(iterations)
             for i in range(iterations):
                 call.prepare()

@@ -12,19 +12,3 @@ def soft_threshold(v, kappa, xp=None):
         xp = get_array_module(v)
     return xp.sign(v) * xp.maximum(xp.abs(v) - kappa, 0.0)
 
-
-class L1Penalty:
-    """lam * ||z||_1, whose proximal operator is soft-thresholding."""
-
-    name = "l1"
-
-    def __init__(self, lam, xp):
-        self.lam = float(lam)
-        self.xp = xp
-
-    def prox(self, v, step):
-        """argmin_z lam ||z||_1 + ||z - v||^2 / (2 step)."""
-        return soft_threshold(v, self.lam * step, self.xp)
-
-    def value(self, z):
-        return self.lam * float(self.xp.abs(z).sum())

@@ -15,6 +15,7 @@ class ADMMResult:
     objective_history: dict   # {"iter": [...], "objective": [...]} at the logged iterations
     timings: dict             # seconds: setup, solve, per_iteration, x_step, communication, total
     info: dict                # problem description: rows, n, ranks, lam, lambda_max, settings, ...
+    u: object = None          # this rank's scaled dual variable (for warm starts; not saved in JSON)
 
     @property
     def converged(self):

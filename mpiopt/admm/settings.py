@@ -7,10 +7,12 @@ import math
 
 from ..collectives import REDUCERS
 
+ADAPTIVE_RHO = ("none", "osqp", "balance")
+
 
 @dataclasses.dataclass(frozen=True)
 class ADMMSettings:
-    rho: float = 1.0          # penalty parameter of the augmented Lagrangian
+    rho: float = None         # initial penalty parameter; None: from the data scale (mean Hessian diagonal)
     alpha: float = 1.6        # over-relaxation, in (0, 2); 1 means none
     eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
     eps_rel: float = 1e-6     # relative tolerance of the stopping rule
@@ -19,6 +21,13 @@ class ADMMSettings:
     verbose: bool = False     # iteration log on rank 0
     log_every: int = 25       # log (and objective) every this many iterations
     reducer: str = "auto"     # all-reduce of the z-step: see mpiopt.collectives.get_reducer
+    adaptive_rho: str = "osqp"          # "none", "osqp" (rho * sqrt(primal/dual relative residuals)), "balance"
+    adaptive_rho_interval: int = 25     # check every this many iterations
+    adaptive_rho_tolerance: float = 5.0  # adopt only a change by more than this factor
+    x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm),
+    x_tol_min: float = 1e-12    # but never below this
+    checkpoint: str = None      # npz path for checkpoints (None: none)
+    checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
 
     @classmethod
     def from_kwargs(cls, **settings):
@@ -39,7 +48,8 @@ class ADMMSettings:
             return isinstance(value, int) and not isinstance(value, bool)
 
         checks = [
-            (number(self.rho) and self.rho > 0, f"rho must be a finite number > 0, got {self.rho!r}"),
+            (self.rho is None or (number(self.rho) and self.rho > 0),
+             f"rho must be a finite number > 0, got {self.rho!r}"),
             (number(self.alpha) and 0 < self.alpha < 2, f"alpha must be in (0, 2), got {self.alpha!r}"),
             (number(self.eps_abs) and self.eps_abs >= 0, f"eps_abs must be >= 0, got {self.eps_abs!r}"),
             (number(self.eps_rel) and self.eps_rel >= 0, f"eps_rel must be >= 0, got {self.eps_rel!r}"),
@@ -47,6 +57,18 @@ class ADMMSettings:
             (number(self.time_limit) and self.time_limit >= 0, f"time_limit must be >= 0, got {self.time_limit!r}"),
             (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
             (self.reducer in REDUCERS, f"reducer must be one of {', '.join(REDUCERS)}, got {self.reducer!r}"),
+            (self.adaptive_rho in ADAPTIVE_RHO,
+             f"adaptive_rho must be one of {', '.join(ADAPTIVE_RHO)}, got {self.adaptive_rho!r}"),
+            (integer(self.adaptive_rho_interval) and self.adaptive_rho_interval >= 1,
+             f"adaptive_rho_interval must be an integer >= 1, got {self.adaptive_rho_interval!r}"),
+            (number(self.adaptive_rho_tolerance) and self.adaptive_rho_tolerance >= 1,
+             f"adaptive_rho_tolerance must be >= 1, got {self.adaptive_rho_tolerance!r}"),
+            (number(self.x_tol_factor) and self.x_tol_factor > 0, f"x_tol_factor must be > 0, got {self.x_tol_factor!r}"),
+            (number(self.x_tol_min) and self.x_tol_min > 0, f"x_tol_min must be > 0, got {self.x_tol_min!r}"),
+            (self.checkpoint is None or isinstance(self.checkpoint, str),
+             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
+            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
+             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
         ]
         return next((message for ok, message in checks if not ok), None)
 

@@ -1,0 +1,76 @@
+"""One rank's rows of the design matrix, dense or sparse, with an optional intercept column.
+
+The losses never touch A directly: they ask for A x, A^T w and the Gram
+matrices here, so dense numpy, CuPy and scipy.sparse (CSR/CSC) shards share one
+code path, and an intercept is a column of ones that is never materialised.
+"""
+import numpy as np
+
+
+def is_sparse(A):
+    try:
+        import scipy.sparse
+    except ImportError:
+        return False
+    return scipy.sparse.issparse(A)
+
+
+class Design:
+    """A_i, or [A_i, 1] when ``intercept``; ``n`` counts the intercept."""
+
+    def __init__(self, A, intercept, xp):
+        self.A, self.intercept, self.xp = A, bool(intercept), xp
+        self.sparse = is_sparse(A)
+        self.rows, self.features = A.shape
+        self.n = self.features + int(self.intercept)
+
+    def matvec(self, x):
+        """A_aug x."""
+        y = self.A @ x[:self.features]
+        return y + x[-1] if self.intercept else y
+
+    def rmatvec(self, w):
+        """A_aug^T w."""
+        g = self.A.T @ w
+        if self.sparse:
+            g = np.asarray(g).ravel()
+        if self.intercept:
+            g = self.xp.concatenate([g, self.xp.asarray([w.sum()], dtype=g.dtype)])
+        return g
+
+    def gram(self, weights=None):
+        """A_aug^T diag(weights) A_aug as a dense n x n array (weights None: all ones)."""
+        xp, A = self.xp, self.A
+        if weights is None:
+            core = A.T @ A
+            sums = A.sum(axis=0)
+            total = float(self.rows)
+        else:
+            weighted = A.multiply(weights[:, None]) if self.sparse else A * weights[:, None]
+            core = A.T @ weighted
+            sums = weighted.sum(axis=0)
+            total = float(weights.sum())
+        core = core.toarray() if self.sparse else core
+        if not self.intercept:
+            return core
+        sums = np.asarray(sums).ravel() if self.sparse else sums
+        out = xp.empty((self.n, self.n))
+        out[:-1, :-1] = core
+        out[:-1, -1] = sums
+        out[-1, :-1] = sums
+        out[-1, -1] = total
+        return out
+
+    def outer_gram(self):
+        """A_aug A_aug^T as a dense m_i x m_i array."""
+        outer = self.A @ self.A.T
+        outer = outer.toarray() if self.sparse else outer
+        return outer + 1.0 if self.intercept else outer
+
+    def squared_norm(self):
+        """||A_aug||_F^2, for the default rho."""
+        if self.sparse:
+            core = float(self.A.multiply(self.A).sum())
+        else:
+            core = float((self.A * self.A).sum())
+        return core + (self.rows if self.intercept else 0.0)

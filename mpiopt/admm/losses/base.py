@@ -1,0 +1,55 @@
+"""What the consensus-ADMM engine needs from a data term f_i (one rank's rows).
+
+A loss shard provides:
+
+* ``n``, ``rows``, ``active`` (rows > 0) and ``kind`` (for the log);
+* ``factorize(rho)``: prepare the x-step for this rho (cache a factorization);
+* ``prox(v, tolerance)``: x_i = argmin_x f_i(x) + (rho/2) ||x - v||^2, exactly or,
+  for iterative x-steps, to a gradient tolerance that the engine tightens as
+  ADMM converges;
+* ``value(x)``: f_i(x);
+* ``curvature()``: a scale of f_i's Hessian per coordinate (the default rho);
+* ``state()`` / ``restore(state)``: arrays an iterative x-step warm-starts from,
+  for checkpoints.
+
+The engine only calls these, so a new loss never touches it.
+"""
+
+
+class LossShard:
+    name = "loss"
+    iterative = False  # True when prox solves iteratively (inexact x-steps)
+
+    def __init__(self, design, xp):
+        self.design, self.xp = design, xp
+        self.rows, self.n = design.rows, design.n
+        self.active = self.rows > 0
+        self.rho = None
+
+    @property
+    def kind(self):
+        if not self.active:
+            return "empty"
+        return "tall" if self.rows >= self.n else "wide"
+
+    def factorize(self, rho):
+        self.rho = rho
+
+    def prox(self, v, tolerance=None):
+        raise NotImplementedError
+
+    def value(self, x):
+        raise NotImplementedError
+
+    def gradient(self, x):
+        raise NotImplementedError
+
+    def curvature(self):
+        """Average diagonal of the Hessian's upper bound, sum over rows (for the default rho)."""
+        return self.design.squared_norm() / max(self.n, 1)
+
+    def state(self):
+        return {}
+
+    def restore(self, state):
+        pass

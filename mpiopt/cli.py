@@ -24,7 +24,10 @@ def _add_admm_settings(parser):
     from .admm.settings import ADMMSettings
     defaults = ADMMSettings()
     group = parser.add_argument_group("ADMM settings")
-    group.add_argument("--rho", type=float, default=defaults.rho, help="penalty parameter (default %(default)s)")
+    group.add_argument("--rho", type=float, default=defaults.rho,
+                       help="initial penalty parameter (default: from the data scale)")
+    group.add_argument("--adaptive-rho", default=defaults.adaptive_rho, choices=["none", "osqp", "balance"],
+                       help="rho adaptation (default %(default)s)")
     group.add_argument("--alpha", type=float, default=defaults.alpha, help="over-relaxation in (0, 2) (default %(default)s)")
     group.add_argument("--eps-abs", type=float, default=defaults.eps_abs, help="absolute tolerance (default %(default)s)")
     group.add_argument("--eps-rel", type=float, default=defaults.eps_rel, help="relative tolerance (default %(default)s)")
@@ -37,6 +40,18 @@ def _add_admm_settings(parser):
     group.add_argument("--quiet", action="store_true", help="no iteration log")
 
 
+def _add_data_source(parser, data_help):
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--synthetic", type=_shape, metavar="MxN", default=(20000, 500),
+                        help="seeded synthetic problem of M rows and N columns (default 20000x500)")
+    source.add_argument("--data", metavar="PATH", help=data_help)
+    parser.add_argument("--density", type=float, default=0.05, help="synthetic: fraction of nonzeros in x_true")
+    parser.add_argument("--noise", type=float, default=0.01, help="synthetic: standard deviation of the noise")
+    parser.add_argument("--correlation", type=float, default=0.0,
+                        help="synthetic: pairwise correlation of the columns of A, in [0, 1)")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
         prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.")
@@ -46,16 +61,7 @@ def build_parser():
     lasso = commands.add_parser(
         "lasso", help="consensus-ADMM lasso: minimize ||Ax - b||^2/2 + lam ||x||_1, rows split over ranks",
         description="Consensus-ADMM lasso with the rows of A and b split over the MPI ranks.")
-    source = lasso.add_mutually_exclusive_group()
-    source.add_argument("--synthetic", type=_shape, metavar="MxN", default=(20000, 500),
-                        help="seeded synthetic problem of M rows and N columns (default 20000x500)")
-    source.add_argument("--data", metavar="FILE.npz",
-                        help="npz file holding arrays A and b; each rank reads only its own rows")
-    lasso.add_argument("--density", type=float, default=0.05, help="synthetic: fraction of nonzeros in x_true")
-    lasso.add_argument("--noise", type=float, default=0.01, help="synthetic: standard deviation of the noise")
-    lasso.add_argument("--correlation", type=float, default=0.0,
-                       help="synthetic: pairwise correlation of the columns of A, in [0, 1)")
-    lasso.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
+    _add_data_source(lasso, "npz file holding arrays A and b; each rank reads only its own rows")
     weight = lasso.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
     weight.add_argument("--lam-ratio", type=float, default=0.1,
@@ -65,7 +71,72 @@ def build_parser():
     lasso.add_argument("--output", default="mpiopt_lasso.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(lasso)
     lasso.set_defaults(run=run_lasso)
+
+    general = commands.add_parser(
+        "solve", help="general consensus ADMM: a loss, a penalty, optional intercept, checkpoints",
+        description="Consensus ADMM for sum_i f_i(x) + g(x) with the rows split over the MPI ranks. "
+                    "Synthetic data for the logistic loss take the labels b > 0.")
+    _add_data_source(general, "rows to read per rank: .npz (A, b), .h5/.hdf5 (A, b), .svm/.svmlight/.libsvm/.txt, "
+                              "or a folder of shards made by mpiopt.data.split_file")
+    general.add_argument("--loss", default="squared", choices=["squared", "logistic", "huber"])
+    general.add_argument("--penalty", default="l1", choices=["l1", "l2", "elastic_net", "nonnegative", "box", "none"])
+    weight = general.add_mutually_exclusive_group()
+    weight.add_argument("--lam", type=float, help="penalty weight lam")
+    weight.add_argument("--lam-ratio", type=float, help="lam as a fraction of lambda_max (l1, elastic_net)")
+    general.add_argument("--l1-ratio", type=float, default=0.5, help="elastic_net: share of the L1 part")
+    general.add_argument("--lower", type=float, default=float("-inf"), help="box: lower bound")
+    general.add_argument("--upper", type=float, default=float("inf"), help="box: upper bound")
+    general.add_argument("--delta", type=float, default=1.0, help="huber: width of the quadratic zone")
+    general.add_argument("--intercept", action="store_true", help="fit an unpenalized intercept (the last entry)")
+    general.add_argument("--x-solver", default="lbfgs", choices=["lbfgs", "newton"],
+                         help="logistic and huber: x-step solver (default %(default)s)")
+    general.add_argument("--output", default="mpiopt_result.json", help="JSON result file (default %(default)s)")
+    _add_admm_settings(general)
+    group = general.add_argument_group("checkpoints")
+    group.add_argument("--checkpoint", metavar="FILE.npz",
+                       help="write the solver state here (on SIGUSR1, SIGTERM and every --checkpoint-every "
+                            "iterations) and resume from it when it exists")
+    group.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: signals only)")
+    general.set_defaults(run=run_solve)
     return parser
+
+
+def _settings(args):
+    return dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
+                max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
+                reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet)
+
+
+def run_solve(args, comm):
+    import numpy as np
+
+    from .admm import solve
+    from .core.io import write_json
+    if args.data:
+        from .data import load_rows
+        A, b = load_rows(args.data, comm)
+        source = {"data": args.data}
+    else:
+        from .data.synthetic import make_lasso
+        m, n = args.synthetic
+        A, b, _ = make_lasso(m, n, args.density, args.noise, args.seed, args.correlation, comm=comm)
+        source = {"synthetic": {"rows": m, "n": n, "density": args.density, "noise": args.noise,
+                                "seed": args.seed, "correlation": args.correlation}}
+        if args.loss == "logistic":
+            b = (b > 0).astype(np.float64)
+    lam, lam_ratio = args.lam, args.lam_ratio
+    if lam is None and lam_ratio is None and args.penalty in ("l1", "elastic_net"):
+        lam_ratio = 0.1
+    result = solve(A, b, args.loss, args.penalty, lam, comm, lam_ratio=lam_ratio, l1_ratio=args.l1_ratio,
+                   lower=args.lower, upper=args.upper, intercept=args.intercept, delta=args.delta,
+                   x_solver=args.x_solver, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                   **_settings(args))
+    if comm.rank == 0:
+        payload = dict(result.to_dict(), source=source)
+        write_json(args.output, payload)
+        print(f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
+              f"{result.timings['total']:.3f} s); result written to {args.output}")
+    return 3 if result.status == "interrupted" else 0
 
 
 def _load_lasso_problem(args, comm):
@@ -92,10 +163,7 @@ def run_lasso(args, comm):
     from .core.io import write_json
 
     A, b, full_problem, source = _load_lasso_problem(args, comm)
-    settings = dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
-                    max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
-                    reducer=args.reducer,
-                    verbose=not args.quiet)
+    settings = _settings(args)
     if args.lam is not None:
         result = lasso(A, b, args.lam, comm=comm, **settings)
     else:

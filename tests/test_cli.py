@@ -52,3 +52,59 @@ def test_cli_bad_input_exits_with_one_clear_message(tmp_path, arguments, message
     assert completed.returncode == 2
     assert completed.stderr.count(message) == 1, completed.stderr
     assert not (tmp_path / "mpiopt_lasso.json").exists(), "no result file after an error"
+
+
+SOLVE = ["-m", "mpiopt", "solve", "--synthetic", "4000x40", "--loss", "logistic", "--lam", "1", "--intercept",
+         "--eps-abs", "0", "--eps-rel", "0", "--quiet"]
+
+
+def test_cli_solve_resumes_from_its_checkpoint_bitwise(tmp_path):
+    whole = run_mpi(2, *SOLVE, "--max-iter", "300", "--output", str(tmp_path / "whole.json"))
+    assert whole.returncode == 0, whole.stderr
+    first = run_mpi(2, *SOLVE, "--max-iter", "120", "--checkpoint", str(tmp_path / "state.npz"),
+                    "--output", str(tmp_path / "first.json"))
+    assert first.returncode == 0, first.stderr
+    resumed = run_mpi(2, *SOLVE, "--max-iter", "300", "--checkpoint", str(tmp_path / "state.npz"),
+                      "--output", str(tmp_path / "resumed.json"))
+    assert resumed.returncode == 0, resumed.stderr
+    expected = json.loads((tmp_path / "whole.json").read_text())
+    result = json.loads((tmp_path / "resumed.json").read_text())
+    assert result["info"]["resumed_at"] == 120 and result["iterations"] == 300
+    assert result["x"] == expected["x"], "a resumed run must give the uninterrupted answer bit for bit"
+
+
+def test_cli_sigusr1_checkpoints_and_sigterm_stops_then_resume_matches(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    from conftest import MPIEXEC
+    environment = dict(__import__("os").environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    state = tmp_path / "state.npz"
+    command = [str(MPIEXEC), "-n", "2", sys.executable, *SOLVE, "--max-iter", "3000",
+               "--checkpoint", str(state), "--output", str(tmp_path / "stopped.json")]
+    process = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        process.send_signal(signal.SIGUSR1)  # mpiexec forwards it to every rank
+        deadline = time.time() + 30
+        while not state.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        assert state.exists(), "SIGUSR1 must write a checkpoint"
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    stopped = json.loads((tmp_path / "stopped.json").read_text())
+    if stopped["status"] != "interrupted":
+        pytest.fail(f"the run finished before SIGTERM arrived ({stopped['iterations']} iterations); "
+                    "make it longer")
+    assert process.returncode == 3, stderr
+    resumed = run_mpi(2, *SOLVE, "--max-iter", "3000", "--checkpoint", str(state),
+                      "--output", str(tmp_path / "resumed.json"), timeout=120)
+    whole = run_mpi(2, *SOLVE, "--max-iter", "3000", "--output", str(tmp_path / "whole.json"), timeout=120)
+    assert resumed.returncode == 0 and whole.returncode == 0, resumed.stderr + whole.stderr
+    result = json.loads((tmp_path / "resumed.json").read_text())
+    assert result["info"]["resumed_at"] == stopped["iterations"]
+    assert result["x"] == json.loads((tmp_path / "whole.json").read_text())["x"]

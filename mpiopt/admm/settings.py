@@ -22,8 +22,8 @@ class ADMMSettings:
     log_every: int = 25       # log (and objective) every this many iterations
     reducer: str = "auto"     # all-reduce of the z-step: see mpiopt.collectives.get_reducer
     adaptive_rho: str = "osqp"          # "none", "osqp" (rho * sqrt(primal/dual relative residuals)), "balance"
-    adaptive_rho_interval: int = 25     # check every this many iterations
-    adaptive_rho_tolerance: float = 5.0  # adopt only a change by more than this factor
+    adaptive_rho_interval: int = 5      # check every this many iterations
+    adaptive_rho_tolerance: float = 2.0  # adopt only a change by more than this factor
     x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm),
     x_tol_min: float = 1e-12    # but never below this
     checkpoint: str = None      # npz path for checkpoints (None: none)

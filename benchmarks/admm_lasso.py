@@ -47,6 +47,8 @@ def parse_args(argv=None):
     parser.add_argument("--alpha", type=float, default=1.6)
     parser.add_argument("--adaptive-rho", default="none", choices=["none", "osqp", "balance"],
                         help="rho adaptation (default none: the fixed rho above, as measured in the docs)")
+    parser.add_argument("--anderson", type=int, default=0,
+                        help="Anderson acceleration memory (default 0, as measured in the docs)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per timed configuration (median)")
     parser.add_argument("--iterations", type=int, default=500,
                         help="iterations of the fixed-length run that measures the per-iteration time")
@@ -92,7 +94,8 @@ def main(argv=None):
 
     def run_admm(tolerance):
         return timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=tolerance,
-                                   eps_rel=tolerance, max_iter=100000, adaptive_rho=args.adaptive_rho))
+                                   eps_rel=tolerance, max_iter=100000, adaptive_rho=args.adaptive_rho,
+                                   anderson=args.anderson))
 
     run_admm(ADMM_TOLERANCES[0])  # warm-up: first-touch page faults and library loading, not timed
     runs = []
@@ -126,7 +129,7 @@ def main(argv=None):
     steady = []
     for _ in range(max(args.repeat, 3)):
         result, _ = timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=0.0,
-                                        eps_rel=0.0, max_iter=args.iterations, adaptive_rho="none"))
+                                        eps_rel=0.0, max_iter=args.iterations, adaptive_rho="none", anderson=0))
         steady.append(result.timings["per_iteration"])
 
     if not args.no_sklearn:

@@ -251,7 +251,7 @@ def test_sparse_and_dense_give_the_same_answer(comm, form, monkeypatch):
 def test_adaptive_rho_recovers_from_a_bad_start(comm):
     A, b = regression(13, m=600, n=20)
     A_local, b_local = shard(comm, A, b)
-    settings = dict(eps_abs=1e-8, eps_rel=1e-8, max_iter=20000)
+    settings = dict(eps_abs=1e-8, eps_rel=1e-8, max_iter=20000, anderson=0)
     best = min(solve(A_local, b_local, "squared", "l1", 10.0, comm, rho=rho, adaptive_rho="none",
                      **settings).iterations for rho in (1.0, 10.0, 100.0, 1000.0))
     adaptive = solve(A_local, b_local, "squared", "l1", 10.0, comm, rho=0.01 * 300, **settings)
@@ -263,6 +263,20 @@ def test_adaptive_rho_recovers_from_a_bad_start(comm):
     assert adaptive.iterations <= 5 * best
     balanced = solve(A_local, b_local, "squared", "l1", 10.0, comm, rho=3.0, adaptive_rho="balance", **settings)
     assert abs(balanced.objective - adaptive.objective) <= 1e-7 * adaptive.objective
+
+
+@pytest.mark.mpi
+def test_anderson_acceleration_cuts_iterations_and_keeps_the_answer(comm):
+    rng = np.random.default_rng(18)
+    shared = rng.standard_normal((400, 1))
+    A = np.sqrt(0.1) * rng.standard_normal((400, 30)) + np.sqrt(0.9) * shared  # strongly correlated columns
+    b = A @ rng.standard_normal(30) + 0.1 * rng.standard_normal(400)
+    A_local, b_local = shard(comm, A, b)
+    plain = solve(A_local, b_local, "squared", "l1", 5.0, comm, anderson=0, **TIGHT)
+    accelerated = solve(A_local, b_local, "squared", "l1", 5.0, comm, anderson=5, **TIGHT)
+    assert accelerated.iterations <= 0.75 * plain.iterations
+    close(accelerated.objective, plain.objective, rtol=1e-9)
+    assert np.count_nonzero(accelerated.x) == np.count_nonzero(plain.x), "the answer is a prox output"
 
 
 @pytest.mark.mpi

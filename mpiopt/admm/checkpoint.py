@@ -32,7 +32,8 @@ class Checkpointer:
     def write(self, state):
         """Collective: gather every rank's part and write the file atomically on rank 0."""
         mine = {"u": to_host(state["u"]), "x": to_host(state["x"]),
-                **{f"loss_{key}": to_host(value) for key, value in state["loss"].items()}}
+                **{f"loss_{key}": to_host(value) for key, value in state["loss"].items()},
+                **{f"aa_{key}": to_host(value) for key, value in state["anderson"].items()}}
         parts = self.comm.gather(mine, root=0)
         if self.comm.rank == 0:
             arrays = {"z": to_host(state["z"]),
@@ -81,7 +82,8 @@ class Checkpointer:
                 "iteration": shared["iteration"], "previous_residuals": shared["previous_residuals"],
                 "rho_changes": shared["rho_changes"], "history": shared["history"],
                 "objective_history": shared["objective_history"],
-                "loss": {key[len("loss_"):]: value for key, value in part.items() if key.startswith("loss_")}}
+                "loss": {key[len("loss_"):]: value for key, value in part.items() if key.startswith("loss_")},
+                "anderson": {key[len("aa_"):]: value for key, value in part.items() if key.startswith("aa_")}}
 
 
 def _mismatch(stored, expected, path):

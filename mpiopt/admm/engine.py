@@ -20,6 +20,10 @@ Both all-reduces go through the reducer named in the settings
 (mpiopt.collectives; default auto).  Ranks without rows take no part in the
 consensus (their x_i is z and their u_i stays 0).
 
+With ``anderson`` = m > 0, type-II Anderson acceleration with memory m
+extrapolates (z, u) from the last m iterations (anderson.py); the stopping
+rule is always evaluated on the plain ADMM step.
+
 rho adapts every ``adaptive_rho_interval`` iterations: ``osqp`` proposes
 rho sqrt(primal_rel / dual_rel) with primal_rel = r / max(||x||, sqrt(N)||z||) and
 dual_rel = s / (rho ||u||) (the rule of OSQP, Stellato et al. 2020) and adopts it
@@ -38,6 +42,7 @@ import time
 from mpi4py import MPI
 
 from ..collectives import get_reducer
+from .anderson import AndersonAccelerator
 from .printing import IterationLog
 from .result import ADMMResult
 
@@ -61,6 +66,7 @@ class ConsensusADMM:
         self.objective_history = {"iter": [], "objective": []}
         self.rho_changes = 0
         self.checkpointer = None
+        self.anderson = AndersonAccelerator(settings.anderson, comm, self.active_ranks) if settings.anderson else None
 
     def default_rho(self):
         """The mean, over the ranks holding data, of each shard's Hessian scale per coordinate."""
@@ -87,7 +93,7 @@ class ConsensusADMM:
         return {"z": self.z, "u": self.u, "x": self.x, "rho": self.rho, "iteration": self.iteration,
                 "previous_residuals": self.previous_residuals, "history": self.history,
                 "objective_history": self.objective_history, "loss": self.loss.state(),
-                "rho_changes": self.rho_changes}
+                "anderson": self.anderson.state() if self.anderson else {}, "rho_changes": self.rho_changes}
 
     def restore(self, state):
         xp = self.xp
@@ -98,6 +104,8 @@ class ConsensusADMM:
         self.objective_history = {key: list(values) for key, values in state["objective_history"].items()}
         self.rho_changes = int(state["rho_changes"])
         self.loss.restore(state["loss"])
+        if self.anderson is not None:
+            self.anderson.restore(state.get("anderson", {}))
 
     def _adapt_rho(self, r_norm, s_norm, x_norm, z_norm, u_norm):
         s, rho = self.settings, self.rho
@@ -129,6 +137,7 @@ class ConsensusADMM:
         sqrt_count_n = math.sqrt(count * n)
         status = "max_iter"
         signals = _SignalFlags(self.checkpointer is not None)
+        anderson = self.anderson
         start = time.perf_counter()
         elapsed_before = self.history["time"][-1] if self.history["time"] else 0.0
         try:
@@ -150,8 +159,8 @@ class ConsensusADMM:
                 self.reducer.allreduce(sums, sums)
                 comm_time += time.perf_counter() - tock
 
-                z_previous = z
-                z = self.penalty.prox(sums / count, 1.0 / (count * rho))
+                z_previous, u_previous = z, u
+                z = z_plain = self.penalty.prox(sums / count, 1.0 / (count * rho))
                 if loss.active:
                     u = u + x_relaxed - z
                     difference = x - z
@@ -198,6 +207,11 @@ class ConsensusADMM:
                         self.rho = new_rho
                         self.rho_changes += 1
                         loss.factorize(new_rho)
+                        if anderson is not None:
+                            anderson.reset()
+                    elif anderson is not None:
+                        z_plain = z
+                        z, u = anderson.step(z_previous, u_previous, z, u)
                 self.z, self.u, self.x = z, u, x
                 if self.checkpointer is not None and (finished or scalars[3] > 0 or (
                         s.checkpoint_every and iteration % s.checkpoint_every == 0)):
@@ -221,9 +235,13 @@ class ConsensusADMM:
         info = dict(info, rho_final=self.rho, rho_changes=self.rho_changes)
         if loss.iterative:
             info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
+        if self.iteration == 0 or not self.history["iter"]:
+            z_plain = z
         if not self.objective_history["objective"]:
-            self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z)]}
-        result = ADMMResult(x=z, objective=self.objective_history["objective"][-1], iterations=self.iteration,
+            self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z_plain)]}
+        # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own
+        # state may have been extrapolated by Anderson acceleration for the next iteration.
+        result = ADMMResult(x=z_plain, objective=self.objective_history["objective"][-1], iterations=self.iteration,
                             status=status, history=self.history, objective_history=self.objective_history,
                             timings=timings, info=info)
         log.footer(result)

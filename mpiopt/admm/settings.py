@@ -24,6 +24,7 @@ class ADMMSettings:
     adaptive_rho: str = "osqp"          # "none", "osqp" (rho * sqrt(primal/dual relative residuals)), "balance"
     adaptive_rho_interval: int = 5      # check every this many iterations
     adaptive_rho_tolerance: float = 2.0  # adopt only a change by more than this factor
+    anderson: int = 5           # Anderson acceleration memory (0: off); see anderson.py
     x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm),
     x_tol_min: float = 1e-12    # but never below this
     checkpoint: str = None      # npz path for checkpoints (None: none)
@@ -63,6 +64,7 @@ class ADMMSettings:
              f"adaptive_rho_interval must be an integer >= 1, got {self.adaptive_rho_interval!r}"),
             (number(self.adaptive_rho_tolerance) and self.adaptive_rho_tolerance >= 1,
              f"adaptive_rho_tolerance must be >= 1, got {self.adaptive_rho_tolerance!r}"),
+            (integer(self.anderson) and self.anderson >= 0, f"anderson must be an integer >= 0, got {self.anderson!r}"),
             (number(self.x_tol_factor) and self.x_tol_factor > 0, f"x_tol_factor must be > 0, got {self.x_tol_factor!r}"),
             (number(self.x_tol_min) and self.x_tol_min > 0, f"x_tol_min must be > 0, got {self.x_tol_min!r}"),
             (self.checkpoint is None or isinstance(self.checkpoint, str),

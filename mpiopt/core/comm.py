@@ -87,6 +87,7 @@ def run_collectively(function, *args, comm=None, stream=None):
     ranks are never left waiting for it.
     """
     import sys
+    import time
     import traceback
     comm = resolve_comm(comm)
     stream = stream or sys.stderr
@@ -101,5 +102,7 @@ def run_collectively(function, *args, comm=None, stream=None):
             raise
         traceback.print_exc()
         print(f"rank {comm.rank} failed; aborting all {comm.size} ranks", file=stream, flush=True)
+        sys.stderr.flush()
+        time.sleep(0.2)  # let mpiexec forward the traceback before MPI_Abort tears the job down
         comm.Abort(1)
         raise

@@ -44,9 +44,13 @@ class LossShard:
     def gradient(self, x):
         raise NotImplementedError
 
+    curvature_bound = 1.0  # the loss's second derivative is at most this (1 for squared and Huber, 1/4 logistic)
+
     def curvature(self):
-        """Average diagonal of the Hessian's upper bound, sum over rows (for the default rho)."""
-        return self.design.squared_norm() / max(self.n, 1)
+        """Average diagonal of the Hessian's upper bound (for the default rho); one pass over A, then cached."""
+        if getattr(self, "_curvature", None) is None:
+            self._curvature = self.curvature_bound * self.design.squared_norm() / max(self.n, 1)
+        return self._curvature
 
     def state(self):
         return {}

@@ -90,9 +90,6 @@ class GLMLossShard(LossShard):
             self.inner_iterations += 1
         return x
 
-    def curvature(self):
-        return self.curvature_bound * self.design.squared_norm() / max(self.n, 1)
-
     def state(self):
         return {"x": self._x}
 

@@ -1,0 +1,86 @@
+"""Type-II Anderson acceleration of the ADMM fixed-point iteration (Walker and Ni 2011;
+Zhang, O'Donoghue and Boyd 2020 use it to accelerate SCS and Douglas-Rachford).
+
+One ADMM iteration is a map w -> T(w) on the state w = (z, u_1, ..., u_N).  With
+the last ``memory`` states and images, Anderson proposes
+
+    w_next = T(w) - dT gamma,   gamma = argmin ||g - dG gamma||,   g = T(w) - w
+
+where dG and dT hold differences of consecutive residuals g and images T(w).
+The state is spread over the ranks (z is the same on all, u_i is each rank's),
+so the small least-squares problem is formed from one allreduce of an
+(m + 1) x (m + 1) Gram matrix and solved identically everywhere.
+
+Safeguards: the memory is cleared when rho changes (T changes with it) and
+whenever the residual grows by more than ``growth`` over the last accepted one.
+"""
+import numpy as np
+from mpi4py import MPI
+
+
+class AndersonAccelerator:
+    def __init__(self, memory, comm, active_ranks, regularization=1e-10, growth=2.0):
+        self.memory, self.comm = int(memory), comm
+        self.z_weight = 1.0 / np.sqrt(max(comm.size, 1))  # z is counted once over all ranks
+        self.regularization, self.growth = regularization, growth
+        self.reset()
+
+    def reset(self):
+        self.residuals, self.images = [], []
+        self.previous_residual = None
+        self.previous_image = None
+        self.best_norm = np.inf
+
+    def state(self):
+        """Arrays for a checkpoint (this rank's share of the history)."""
+        if self.previous_residual is None:
+            return {}
+        width = self.previous_residual.size
+        return {"residuals": np.array(self.residuals).reshape(len(self.residuals), width),
+                "images": np.array(self.images).reshape(len(self.images), width),
+                "previous_residual": self.previous_residual, "previous_image": self.previous_image,
+                "best_norm": np.array(self.best_norm)}
+
+    def restore(self, state):
+        self.reset()
+        if state:
+            self.residuals = list(np.asarray(state["residuals"]))
+            self.images = list(np.asarray(state["images"]))
+            self.previous_residual = np.asarray(state["previous_residual"])
+            self.previous_image = np.asarray(state["previous_image"])
+            self.best_norm = float(state["best_norm"])
+
+    def _pack(self, z, u):
+        return np.concatenate([self.z_weight * np.asarray(z), np.asarray(u)])
+
+    def step(self, z, u, z_mapped, u_mapped):
+        """(z, u) -> T(z, u) = (z_mapped, u_mapped); returns the accelerated (z, u)."""
+        image = self._pack(z_mapped, u_mapped)
+        residual = image - self._pack(z, u)
+        if self.previous_residual is not None:
+            self.residuals.append(residual - self.previous_residual)
+            self.images.append(image - self.previous_image)
+            if len(self.residuals) > self.memory:
+                self.residuals.pop(0)
+                self.images.pop(0)
+        self.previous_residual, self.previous_image = residual, image
+        columns = self.residuals + [residual]
+        gram = np.array([[float(a @ b) for b in columns] for a in columns])
+        self.comm.Allreduce(MPI.IN_PLACE, gram, op=MPI.SUM)
+        norm = float(np.sqrt(gram[-1, -1]))
+        if norm > self.growth * self.best_norm:
+            self.reset()
+            return z_mapped, u_mapped
+        self.best_norm = min(self.best_norm, norm)
+        if not self.residuals:
+            return z_mapped, u_mapped
+        k = len(self.residuals)
+        system = gram[:k, :k] + self.regularization * np.trace(gram[:k, :k]) * np.eye(k) / max(k, 1)
+        try:
+            gamma = np.linalg.solve(system, gram[:k, -1])
+        except np.linalg.LinAlgError:
+            self.reset()
+            return z_mapped, u_mapped
+        accelerated = image - sum(g * d for g, d in zip(gamma, self.images))
+        n = np.asarray(z).size
+        return accelerated[:n] / self.z_weight, accelerated[n:]

@@ -11,8 +11,11 @@ The state is spread over the ranks (z is the same on all, u_i is each rank's),
 so the small least-squares problem is formed from one allreduce of an
 (m + 1) x (m + 1) Gram matrix and solved identically everywhere.
 
-Safeguards: the memory is cleared when rho changes (T changes with it) and
-whenever the residual grows by more than ``growth`` over the last accepted one.
+Safeguards: the memory is cleared when rho changes (T changes with it), when
+the fixed-point residual grows past ``growth`` times the smallest seen, and
+when it has not shrunk for 2 m steps; after a safeguard reset the next 2 m
+steps are plain ADMM steps, which always make progress, before extrapolation
+resumes.
 """
 import numpy as np
 from mpi4py import MPI
@@ -25,25 +28,29 @@ class AndersonAccelerator:
         self.regularization, self.growth = regularization, growth
         self.reset()
 
-    def reset(self):
+    def reset(self, cooldown=0):
         self.residuals, self.images = [], []
         self.previous_residual = None
         self.previous_image = None
         self.best_norm = np.inf
+        self.stalled = 0
+        self.cooldown = cooldown
 
     def state(self):
         """Arrays for a checkpoint (this rank's share of the history)."""
         if self.previous_residual is None:
-            return {}
+            return {"counters": np.array([self.stalled, self.cooldown])}
         width = self.previous_residual.size
         return {"residuals": np.array(self.residuals).reshape(len(self.residuals), width),
                 "images": np.array(self.images).reshape(len(self.images), width),
                 "previous_residual": self.previous_residual, "previous_image": self.previous_image,
-                "best_norm": np.array(self.best_norm)}
+                "best_norm": np.array(self.best_norm), "counters": np.array([self.stalled, self.cooldown])}
 
     def restore(self, state):
         self.reset()
-        if state:
+        if "counters" in state:
+            self.stalled, self.cooldown = (int(v) for v in state["counters"])
+        if "residuals" in state:
             self.residuals = list(np.asarray(state["residuals"]))
             self.images = list(np.asarray(state["images"]))
             self.previous_residual = np.asarray(state["previous_residual"])
@@ -55,6 +62,9 @@ class AndersonAccelerator:
 
     def step(self, z, u, z_mapped, u_mapped):
         """(z, u) -> T(z, u) = (z_mapped, u_mapped); returns the accelerated (z, u)."""
+        if self.cooldown > 0:
+            self.cooldown -= 1
+            return z_mapped, u_mapped
         image = self._pack(z_mapped, u_mapped)
         residual = image - self._pack(z, u)
         if self.previous_residual is not None:
@@ -68,10 +78,13 @@ class AndersonAccelerator:
         gram = np.array([[float(a @ b) for b in columns] for a in columns])
         self.comm.Allreduce(MPI.IN_PLACE, gram, op=MPI.SUM)
         norm = float(np.sqrt(gram[-1, -1]))
-        if norm > self.growth * self.best_norm:
-            self.reset()
+        if norm < (1.0 - 1e-3) * self.best_norm:
+            self.best_norm, self.stalled = norm, 0
+        else:
+            self.stalled += 1
+        if norm > self.growth * self.best_norm or self.stalled > 2 * self.memory:
+            self.reset(cooldown=2 * self.memory)
             return z_mapped, u_mapped
-        self.best_norm = min(self.best_norm, norm)
         if not self.residuals:
             return z_mapped, u_mapped
         k = len(self.residuals)

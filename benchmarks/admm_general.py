@@ -130,14 +130,10 @@ def logistic_part(args, comm, A, b, full_data, say, np, MPI):
     sleep_until(comm, None)
     runs += comm.bcast(sk_runs, root=0)
     best = min(run["objective"] for run in runs)
-    summary = {}
     for run in runs:
         run["relative_gap"] = (run["objective"] - best) / best
-    for solver in dict.fromkeys(run["solver"] for run in runs):
-        reached = [r for r in runs if r["solver"] == solver and r["relative_gap"] <= args.target]
-        first = max(reached, key=lambda r: r["tolerance"]) if reached else None
-        summary[solver] = {"seconds": first["seconds"] if first else None,
-                           "tolerance": first["tolerance"] if first else None}
+    from admm_lasso import summarize  # the same time-to-solution rule as the lasso benchmark
+    summary = summarize(runs, args.target)
     if comm.rank == 0:
         print(f"\nL1 logistic, lam = {lam:.4g} ({args.lam_ratio} lambda_max); best objective {best:.12e}")
         print(f"{'solver':<26} {'tol':>7} {'iters':>6} {'time(s)':>9} {'rel. gap':>10}")

@@ -73,8 +73,13 @@ def _fit(sizes, times, small=1024, large=64 << 10):
     """
     sizes, times = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
     alpha = float(np.median(times[sizes <= small])) if np.any(sizes <= small) else float(times.min())
-    slopes = (times[sizes >= large] - alpha) / sizes[sizes >= large]
-    beta = float(np.median(slopes)) if slopes.size else 0.0
+    big = sizes >= large
+    if big.sum() >= 2:  # the slope of a line through the large messages only, so alpha's noise does not leak in
+        beta = float(np.polyfit(sizes[big], times[big], 1)[0])
+    elif big.any():
+        beta = float((times[big][0] - alpha) / sizes[big][0])
+    else:
+        beta = 0.0
     return max(alpha, 0.0), max(beta, 0.0)
 
 

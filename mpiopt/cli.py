@@ -98,6 +98,25 @@ def build_parser():
                             "iterations) and resume from it when it exists")
     group.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: signals only)")
     general.set_defaults(run=run_solve)
+
+    slurm = commands.add_parser(
+        "slurm", help="render a batch script for a workload, submit it with sbatch, optionally wait",
+        description="Render a Slurm batch script (names and paths quoted safely), submit it with sbatch and, "
+                    "with --wait, follow it with squeue/scontrol and return the job's exit code. "
+                    "Arguments after -- go to the workload, e.g. mpiopt slurm solve -n 4 -- --loss logistic.")
+    slurm.add_argument("workload", choices=["solve", "lasso", "admm-benchmark", "allreduce-benchmark"])
+    slurm.add_argument("-n", "--ntasks", type=int, default=2)
+    slurm.add_argument("-c", "--cpus-per-task", type=int, default=1)
+    slurm.add_argument("-t", "--time", default="00:10:00", help="time limit (default %(default)s)")
+    slurm.add_argument("-J", "--job-name")
+    slurm.add_argument("-p", "--partition")
+    slurm.add_argument("--signal-seconds", type=int, default=60,
+                       help="SIGUSR1 this many seconds before the limit: checkpoint and requeue (0: none)")
+    slurm.add_argument("--launcher", choices=["srun", "mpiexec"], default="srun")
+    slurm.add_argument("--script", default=None, help="where to write the batch script (default JOBNAME.sbatch)")
+    slurm.add_argument("--render-only", action="store_true", help="print the script and do not submit it")
+    slurm.add_argument("--wait", action="store_true", help="wait for the job and exit with its exit code")
+    slurm.set_defaults(run=run_slurm, workload_args=[])
     return parser
 
 
@@ -137,6 +156,41 @@ def run_solve(args, comm):
         print(f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
               f"{result.timings['total']:.3f} s); result written to {args.output}")
     return 3 if result.status == "interrupted" else 0
+
+
+def run_slurm(args, comm):
+    from .slurm import render_script, submit, wait
+    if comm.size > 1:
+        raise SystemExit("mpiopt slurm submits jobs; run it as one process, not under mpiexec")
+    workload_args = args.workload_args
+    output = [a for i, a in enumerate(workload_args) if i and workload_args[i - 1] == "--output"]
+    text = render_script(args.workload, workload_args, job_name=args.job_name, ntasks=args.ntasks,
+                         cpus_per_task=args.cpus_per_task, time=args.time, python=sys.executable,
+                         launcher=args.launcher, signal_seconds=args.signal_seconds or None,
+                         partition=args.partition)
+    if args.render_only:
+        print(text, end="")
+        return 0
+    script = args.script or f"{args.job_name or 'mpiopt-' + args.workload}.sbatch"
+    job_id = submit(text, script)
+    print(f"submitted job {job_id} ({script})", flush=True)
+    if not args.wait:
+        return 0
+    result = wait(job_id, result=output[-1] if output else None)
+    print(f"job {job_id} {result.state} with exit code {result.exit_code} after {result.restarts} requeue(s); "
+          f"log {result.output}" + (f"; result {result.result}" if result.result else ""))
+    return result.exit_code
+
+
+def _guard_against_plain_srun(comm):
+    """srun without a PMI plugin starts every task as rank 0 of 1: refuse loudly instead of running N copies."""
+    import os
+    tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS")
+    if tasks and tasks.isdigit() and int(tasks) > 1 and comm.size == 1 and "SLURM_STEP_ID" in os.environ:
+        print(f"mpiopt: error: Slurm started {tasks} tasks but MPI sees 1 rank: srun was run without a PMI "
+              "plugin; launch with 'srun --mpi=pmi2' (or mpiexec)", file=sys.stderr, flush=True)
+        return True
+    return False
 
 
 def _load_lasso_problem(args, comm):
@@ -198,7 +252,16 @@ def main(argv=None):
 
     from .core.comm import run_collectively
     comm = MPI.COMM_WORLD
+    argv = list(sys.argv[1:] if argv is None else argv)
+    workload_args = []
+    if argv[:1] == ["slurm"] and "--" in argv:  # everything after -- belongs to the workload
+        split = argv.index("--")
+        argv, workload_args = argv[:split], argv[split + 1:]
     args = build_parser().parse_args(argv)
+    if args.command == "slurm":
+        args.workload_args = workload_args
+    if args.command != "slurm" and _guard_against_plain_srun(comm):
+        return 2
     return run_collectively(args.run, args, comm, comm=comm)
 
 

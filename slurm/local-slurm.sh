@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# A one-node Slurm on this machine, for trying mpiopt's batch scripts and for CI.
+#
+#   bash slurm/local-slurm.sh start    # install (if missing) and start munge, slurmctld, slurmd; wait for the node
+#   bash slurm/local-slurm.sh status   # sinfo and squeue
+#   bash slurm/local-slurm.sh stop     # stop the daemons
+#
+# Debian's packages, no systemd: the daemons are started directly, as root.
+# Minimal configuration: no cgroups (proctrack/linuxproc, task/none), no
+# accounting (job state comes from squeue and scontrol), MpiDefault=pmi2, one
+# node sized from nproc and the free memory, one partition "debug".
+# Written to /etc/slurm/slurm.conf (the path sbatch reads by default); state
+# and logs under $MPIOPT_SLURM_STATE (default /var/tmp/mpiopt-slurm).
+set -euo pipefail
+
+STATE=${MPIOPT_SLURM_STATE:-/var/tmp/mpiopt-slurm}
+CONF=/etc/slurm/slurm.conf
+NODE=$(hostname -s)
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
+        && command -v munged >/dev/null; then
+        return
+    fi
+    echo "local-slurm: installing munge and Slurm from the distribution's packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null
+}
+
+write_config() {
+    local cpus memory
+    cpus=$(nproc)
+    memory=$(awk '/MemAvailable/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
+    mkdir -p "$STATE/ctld" "$STATE/spool" /etc/slurm
+    cat > "$CONF" <<CONFIG
+# Written by mpiopt's slurm/local-slurm.sh: a one-node Slurm for testing.
+ClusterName=mpiopt-local
+SlurmctldHost=$NODE
+AuthType=auth/munge
+SlurmUser=root
+MpiDefault=pmi2
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+StateSaveLocation=$STATE/ctld
+SlurmdSpoolDir=$STATE/spool
+SlurmctldPidFile=$STATE/slurmctld.pid
+SlurmdPidFile=$STATE/slurmd.pid
+SlurmctldLogFile=$STATE/slurmctld.log
+SlurmdLogFile=$STATE/slurmd.log
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+InactiveLimit=0
+KillWait=10
+MinJobAge=600
+NodeName=$NODE CPUs=$cpus RealMemory=$memory State=UNKNOWN
+PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
+CONFIG
+}
+
+start_munge() {
+    if pgrep -x munged >/dev/null; then
+        return
+    fi
+    mkdir -p /etc/munge /run/munge /var/lib/munge /var/log/munge
+    if [ ! -s /etc/munge/munge.key ]; then
+        dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
+    fi
+    chown -R munge:munge /etc/munge /run/munge /var/lib/munge /var/log/munge
+    chmod 0400 /etc/munge/munge.key
+    chmod 0755 /run/munge
+    runuser -u munge -- /usr/sbin/munged
+}
+
+start() {
+    install_packages
+    write_config
+    start_munge
+    pgrep -x slurmctld >/dev/null || slurmctld -i
+    pgrep -x slurmd >/dev/null || slurmd
+    for _ in $(seq 1 60); do
+        if sinfo -h -n "$NODE" -o %t 2>/dev/null | grep -q -E '^(idle|mix|alloc)'; then
+            echo "local-slurm: node $NODE is up ($(nproc) CPUs); sbatch is ready"
+            return
+        fi
+        scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1 || true
+        sleep 1
+    done
+    echo "local-slurm: the node did not come up; see $STATE/slurmctld.log and $STATE/slurmd.log" >&2
+    sinfo >&2 || true
+    exit 1
+}
+
+stop() {
+    pkill -x slurmd 2>/dev/null || true
+    pkill -x slurmctld 2>/dev/null || true
+    pkill -x munged 2>/dev/null || true
+    echo "local-slurm: stopped"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    status) sinfo; squeue ;;
+    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+esac

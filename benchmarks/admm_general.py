@@ -22,6 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from common import summarize, wait_without_spinning  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
 
@@ -37,13 +38,6 @@ def parse_args(argv=None):
     parser.add_argument("--x-solver", default="lbfgs")
     parser.add_argument("--output", default=None)
     return parser.parse_args(argv)
-
-
-def sleep_until(comm, done_on_root):
-    """Other ranks wait without spinning while rank 0 runs scikit-learn."""
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.01)
 
 
 def main(argv=None):
@@ -127,12 +121,11 @@ def logistic_part(args, comm, A, b, full_data, say, np, MPI):
                     best = min(best, value)
                     if value - best <= args.target * best:
                         break
-    sleep_until(comm, None)
+    wait_without_spinning(comm)
     runs += comm.bcast(sk_runs, root=0)
     best = min(run["objective"] for run in runs)
     for run in runs:
         run["relative_gap"] = (run["objective"] - best) / best
-    from admm_lasso import summarize  # the same time-to-solution rule as the lasso benchmark
     summary = summarize(runs, args.target)
     if comm.rank == 0:
         print(f"\nL1 logistic, lam = {lam:.4g} ({args.lam_ratio} lambda_max); best objective {best:.12e}")
@@ -178,7 +171,7 @@ def path_part(args, comm, A, b, full_data, say, np, MPI):
                                      "max_coef_difference": float(np.abs(path.coefs - coefs.T).max())}
                 say(f"  scikit-learn lasso_path ({layout}): {reference[layout]['seconds']:.2f} s; ours minus theirs, "
                     f"worst relative objective gap {max(gaps):.1e}")
-    sleep_until(comm, None)
+    wait_without_spinning(comm)
     reference = comm.bcast(reference, root=0)
     if comm.rank == 0:
         for layout, entry in reference.items():

@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from common import summarize, wait_without_spinning  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
 ADMM_TOLERANCES = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10)
@@ -196,25 +197,11 @@ def run_sklearn(args, comm, lam, objective, best_objective, say):
                     if value - best_objective <= args.target * best_objective:
                         break
         del layouts, A_full
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.01)
+    wait_without_spinning(comm)
     runs = comm.bcast(runs, root=0)
     for run in runs:
         run["objective"] = objective(np.asarray(run.pop("coef")))
     return runs
-
-
-def summarize(runs, target):
-    """Per solver: the loosest tolerance reaching the target gap, and its time."""
-    summary = {}
-    for solver in dict.fromkeys(run["solver"] for run in runs):
-        reached = [run for run in runs if run["solver"] == solver and run["relative_gap"] <= target]
-        best = max(reached, key=lambda run: run["tolerance"]) if reached else None
-        summary[solver] = {"tolerance": best["tolerance"] if best else None,
-                           "seconds": best["seconds"] if best else None,
-                           "iterations": best["iterations"] if best else None}
-    return summary
 
 
 def print_tables(args, ranks, runs, summary, per_iteration, reference):

@@ -61,6 +61,15 @@ def l1_reference(smooth, n, lam, free=0):
     return x, solution.fun
 
 
+def l2_reference(smooth, n, lam):
+    """min smooth(x) + (lam/2) ||x||^2 by L-BFGS-B; ``smooth`` -> (f, g)."""
+    def objective(w):
+        f, g = smooth(w)
+        return f + 0.5 * lam * w @ w, g + lam * w
+    return scipy.optimize.minimize(objective, np.zeros(n), jac=True, method="L-BFGS-B",
+                                   options={"gtol": 1e-12, "ftol": 0}).fun
+
+
 def smooth_squared(A, b):
     return lambda x: (0.5 * float(np.sum((A @ x - b) ** 2)), A.T @ (A @ x - b))
 
@@ -169,13 +178,7 @@ def test_logistic_l2_matches_reference(comm):
     A, y = classification(7)
     lam = 2.0
     result = solve(*shard(comm, A, y), "logistic", "l2", lam, comm, **TIGHT)
-
-    def objective(w):
-        f, g = smooth_logistic(A, y)(w)
-        return f + 0.5 * lam * w @ w, g + lam * w
-    reference = scipy.optimize.minimize(objective, np.zeros(A.shape[1]), jac=True, method="L-BFGS-B",
-                                        options={"gtol": 1e-12, "ftol": 0}).fun
-    close(result.objective, reference)
+    close(result.objective, l2_reference(smooth_logistic(A, y), A.shape[1], lam))
 
 
 @pytest.mark.mpi
@@ -196,11 +199,7 @@ def test_huber_matches_reference(comm, penalty):
     if penalty == "l1":
         _, reference = l1_reference(smooth_huber(A, b, delta), A.shape[1], lam)
     else:
-        def objective(w):
-            f, g = smooth_huber(A, b, delta)(w)
-            return f + 0.5 * lam * w @ w, g + lam * w
-        reference = scipy.optimize.minimize(objective, np.zeros(A.shape[1]), jac=True, method="L-BFGS-B",
-                                            options={"gtol": 1e-12, "ftol": 0}).fun
+        reference = l2_reference(smooth_huber(A, b, delta), A.shape[1], lam)
     close(result.objective, reference)
 
 

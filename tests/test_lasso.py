@@ -108,11 +108,14 @@ def test_float32_and_non_contiguous_inputs_are_accepted(comm):
 def test_result_reports_history_timings_and_max_iter_status(comm):
     A, b, lam = problem("tall", seed=5)
     start, stop = shard_bounds(A.shape[0], comm, "even")
-    result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3)
+    result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3,
+                   verbose=True)
     assert result.status == "max_iter" and result.iterations == 7
     assert result.history["iter"] == list(range(1, 8))
     assert all(len(column) == 7 for column in result.history.values())
-    assert result.objective_history["iter"] == [1, 3, 6, 7]
+    assert result.objective_history["iter"] == [1, 3, 6, 7], "with the log on, the objective at each log row"
+    quiet = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3)
+    assert quiet.objective_history["iter"] == [7] and quiet.objective == result.objective
     assert result.objective == result.objective_history["objective"][-1]
     assert result.objective == pytest.approx(objective(A, b, lam, result.x), rel=1e-12)
     assert set(result.timings) >= {"setup", "solve", "per_iteration", "x_step", "communication", "total"}

@@ -150,8 +150,8 @@ class ConsensusADMM:
                     tolerance = max(s.x_tol_min, s.x_tol_factor * smallest) \
                         if loss.iterative and math.isfinite(smallest) else None
                     x = loss.prox(z - u, tolerance)
-                    x_relaxed = s.alpha * x + (1.0 - s.alpha) * z
-                    sums[...] = x_relaxed + u
+                    x_relaxed = z + s.alpha * (x - z)
+                    xp.add(x_relaxed, u, out=sums)
                 else:
                     sums[...] = 0.0
                 tock = time.perf_counter()
@@ -162,7 +162,8 @@ class ConsensusADMM:
                 z_previous, u_previous = z, u
                 z = z_plain = self.penalty.prox(sums / count, 1.0 / (count * rho))
                 if loss.active:
-                    u = u + x_relaxed - z
+                    u = u + x_relaxed
+                    u -= z
                     difference = x - z
                     scalars[0] = float(difference @ difference)
                     scalars[1] = float(x @ x)
@@ -176,10 +177,10 @@ class ConsensusADMM:
                 comm_time += time.perf_counter() - tock
 
                 step = z - z_previous
-                z_norm = float(xp.sqrt(z @ z))
+                z_norm = math.sqrt(float(z @ z))
                 x_norm, u_norm = math.sqrt(float(scalars[1])), math.sqrt(float(scalars[2]))
                 r_norm = math.sqrt(float(scalars[0]))
-                s_norm = rho * math.sqrt(count) * float(xp.sqrt(step @ step))
+                s_norm = rho * math.sqrt(count) * math.sqrt(float(step @ step))
                 eps_pri = sqrt_count_n * s.eps_abs + s.eps_rel * max(x_norm, math.sqrt(count) * z_norm)
                 eps_dual = sqrt_count_n * s.eps_abs + s.eps_rel * rho * u_norm
                 elapsed = elapsed_before + time.perf_counter() - start
@@ -194,7 +195,9 @@ class ConsensusADMM:
                 elif scalars[4] > 0:
                     status = "interrupted"
                 finished = status != "max_iter" or iteration == s.max_iter
-                if iteration == 1 or iteration % s.log_every == 0 or finished:
+                # The objective costs a pass over the Gram matrix or the rows: evaluated for the log rows
+                # when the log is on (as OSQP does), and always at the end.
+                if finished or (s.verbose and (iteration == 1 or iteration % s.log_every == 0)):
                     objective = self.objective(z)
                     self.objective_history["iter"].append(iteration)
                     self.objective_history["objective"].append(objective)

@@ -4,11 +4,11 @@
 def soft_threshold(v, kappa, xp=None):
     """Elementwise soft-thresholding S_kappa(v) = sign(v) max(|v| - kappa, 0).
 
-    The proximal operator of ``kappa * ||.||_1``.  ``xp`` is the array module
+    The proximal operator of ``kappa * ||.||_1``, computed as v - clip(v, -kappa, kappa):
+    two passes instead of four, the same values.  ``xp`` is the array module
     (taken from ``v`` when omitted).
     """
     if xp is None:
         from ..core.backend import get_array_module
         xp = get_array_module(v)
-    return xp.sign(v) * xp.maximum(xp.abs(v) - kappa, 0.0)
-
+    return v - xp.clip(v, -kappa, kappa)

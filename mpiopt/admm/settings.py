@@ -19,7 +19,7 @@ class ADMMSettings:
     max_iter: int = 10000
     time_limit: float = 0.0   # seconds for the iterations; 0 means none
     verbose: bool = False     # iteration log on rank 0
-    log_every: int = 25       # log (and objective) every this many iterations
+    log_every: int = 25       # with verbose, log (and evaluate the objective) every this many iterations
     reducer: str = "auto"     # all-reduce of the z-step: see mpiopt.collectives.get_reducer
     adaptive_rho: str = "osqp"          # "none", "osqp" (rho * sqrt(primal/dual relative residuals)), "balance"
     adaptive_rho_interval: int = 5      # check every this many iterations

@@ -58,7 +58,8 @@ def wait(job_id, *, poll=2.0, timeout=None, release_requeued=False, result=None)
         name, code, restarts, job_name, workdir = state[0], state[1], state[2], state[3], state[4]
         if name in FINISHED:
             output = os.path.join(workdir, f"{job_name}-{job_id}.out")
-            return JobResult(job_id, name, code, output, result, restarts)
+            result_path = os.path.join(workdir, result) if result else None  # relative to the job's directory
+            return JobResult(job_id, name, code, output, result_path, restarts)
         if release_requeued and name == "PENDING" and restarts > 0:
             subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], capture_output=True)
         if timeout is not None and time.time() - start > timeout:

@@ -77,35 +77,52 @@ start_munge() {
     runuser -u munge -- /usr/sbin/munged
 }
 
+require_running() {
+    if ! pgrep -x "$1" >/dev/null; then
+        echo "local-slurm: $1 did not start; its log:" >&2
+        tail -n 20 "$2" >&2 2>/dev/null || true
+        exit 1
+    fi
+}
+
 start() {
     install_packages
     write_config
     start_munge
+    require_running munged /var/log/munge/munged.log
     pgrep -x slurmctld >/dev/null || slurmctld -i
     pgrep -x slurmd >/dev/null || slurmd
+    sleep 0.5
+    require_running slurmctld "$STATE/slurmctld.log"
+    require_running slurmd "$STATE/slurmd.log"
     for _ in $(seq 1 60); do
-        if sinfo -h -n "$NODE" -o %t 2>/dev/null | grep -q -E '^(idle|mix|alloc)'; then
+        if timeout 5 sinfo -h -n "$NODE" -o %t 2>/dev/null | grep -q -E '^(idle|mix|alloc)'; then
             echo "local-slurm: node $NODE is up ($(nproc) CPUs); sbatch is ready"
             return
         fi
-        scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1 || true
+        timeout 5 scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1 || true
         sleep 1
     done
     echo "local-slurm: the node did not come up; see $STATE/slurmctld.log and $STATE/slurmd.log" >&2
-    sinfo >&2 || true
+    timeout 5 sinfo >&2 || true
     exit 1
 }
 
 stop() {
-    pkill -x slurmd 2>/dev/null || true
-    pkill -x slurmctld 2>/dev/null || true
-    pkill -x munged 2>/dev/null || true
+    local daemon
+    for daemon in slurmd slurmctld munged; do
+        pkill -x "$daemon" 2>/dev/null || true
+        for _ in $(seq 1 50); do  # wait until it is gone, so that a start right after sees it stopped
+            pgrep -x "$daemon" >/dev/null || break
+            sleep 0.2
+        done
+    done
     echo "local-slurm: stopped"
 }
 
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
-    status) sinfo; squeue ;;
+    status) timeout 10 sinfo; timeout 10 squeue ;;
     *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
 esac

@@ -308,6 +308,11 @@ def test_checkpoint_resume_is_bitwise_identical(comm, tmp_path_factory):
     assert resumed.iterations == whole.iterations
     assert np.array_equal(resumed.x, whole.x)
     assert resumed.history["r_norm"] == whole.history["r_norm"]
+    again = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, **settings)
+    assert again.info["resumed_at"] == whole.iterations, "resumed at its last iteration: nothing left to do"
+    assert np.array_equal(again.x, whole.x) and again.objective == whole.objective
+    capped = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, **dict(settings, max_iter=20))
+    assert capped.iterations == whole.iterations and np.array_equal(capped.x, whole.x)
     with np.load(path, allow_pickle=False) as stored:
         assert "z" in stored.files
 

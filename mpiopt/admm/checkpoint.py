@@ -36,9 +36,10 @@ class Checkpointer:
                 **{f"aa_{key}": to_host(value) for key, value in state["anderson"].items()}}
         parts = self.comm.gather(mine, root=0)
         if self.comm.rank == 0:
-            arrays = {"z": to_host(state["z"]),
+            arrays = {"z": to_host(state["z"]), "z_plain": to_host(state["z_plain"]),
                       "meta": np.array(json.dumps({
                           "fingerprint": self.fingerprint, "rho": state["rho"], "iteration": state["iteration"],
+                          "status": state["status"],
                           "previous_residuals": list(state["previous_residuals"]),
                           "rho_changes": state["rho_changes"], "history": state["history"],
                           "objective_history": state["objective_history"]}))}
@@ -73,13 +74,14 @@ class Checkpointer:
         if self.comm.rank == 0:
             parts = [{key.split("_", 1)[1]: value for key, value in arrays.items() if key.startswith(f"rank{rank}_")}
                      for rank in range(self.comm.size)]
-            shared = dict(meta, z=arrays["z"])
+            shared = dict(meta, z=arrays["z"], z_plain=arrays["z_plain"])
         else:
             parts, shared = None, None
         part = self.comm.scatter(parts, root=0)
         shared = self.comm.bcast(shared, root=0)
-        return {"z": shared["z"], "u": part["u"], "x": part["x"], "rho": shared["rho"],
-                "iteration": shared["iteration"], "previous_residuals": shared["previous_residuals"],
+        return {"z": shared["z"], "z_plain": shared["z_plain"], "u": part["u"], "x": part["x"], "rho": shared["rho"],
+                "iteration": shared["iteration"], "status": shared.get("status"),
+                "previous_residuals": shared["previous_residuals"],
                 "rho_changes": shared["rho_changes"], "history": shared["history"],
                 "objective_history": shared["objective_history"],
                 "loss": {key[len("loss_"):]: value for key, value in part.items() if key.startswith("loss_")},

@@ -60,7 +60,9 @@ class ConsensusADMM:
         self.rho = settings.rho if settings.rho is not None else self.default_rho()
         n = loss.n
         self.z, self.u, self.x = xp.zeros(n), xp.zeros(n), xp.zeros(n)
+        self.z_plain = self.z  # the last plain iterate (the answer), when Anderson extrapolates self.z
         self.iteration = 0
+        self.status = None  # "converged" once converged: a resumed converged run does not iterate again
         self.previous_residuals = (math.inf, math.inf)
         self.history = {key: [] for key in HISTORY}
         self.objective_history = {"iter": [], "objective": []}
@@ -81,6 +83,7 @@ class ConsensusADMM:
         if z is not None:
             self.z = self.xp.array(z, dtype=float, copy=True)
             self.x = self.z.copy()
+            self.z_plain = self.z
         if u is not None:
             self.u = self.xp.array(u, dtype=float, copy=True)
 
@@ -90,15 +93,18 @@ class ConsensusADMM:
 
     def state(self):
         """Everything the iteration depends on, for a checkpoint."""
-        return {"z": self.z, "u": self.u, "x": self.x, "rho": self.rho, "iteration": self.iteration,
+        return {"z": self.z, "z_plain": self.z_plain, "u": self.u, "x": self.x, "rho": self.rho,
+                "iteration": self.iteration, "status": self.status,
                 "previous_residuals": self.previous_residuals, "history": self.history,
                 "objective_history": self.objective_history, "loss": self.loss.state(),
                 "anderson": self.anderson.state() if self.anderson else {}, "rho_changes": self.rho_changes}
 
     def restore(self, state):
         xp = self.xp
-        self.z, self.u, self.x = (xp.asarray(state[key], dtype=float) for key in ("z", "u", "x"))
+        self.z, self.z_plain, self.u, self.x = (xp.asarray(state[key], dtype=float)
+                                                for key in ("z", "z_plain", "u", "x"))
         self.rho, self.iteration = float(state["rho"]), int(state["iteration"])
+        self.status = state.get("status")
         self.previous_residuals = tuple(float(v) for v in state["previous_residuals"])
         self.history = {key: list(values) for key, values in state["history"].items()}
         self.objective_history = {key: list(values) for key, values in state["objective_history"].items()}
@@ -135,13 +141,13 @@ class ConsensusADMM:
         scalars = xp.zeros(5)
         x_time = comm_time = 0.0
         sqrt_count_n = math.sqrt(count * n)
-        status = "max_iter"
+        status = "converged" if self.status == "converged" else "max_iter"
         signals = _SignalFlags(self.checkpointer is not None)
         anderson = self.anderson
         start = time.perf_counter()
         elapsed_before = self.history["time"][-1] if self.history["time"] else 0.0
         try:
-            while self.iteration < s.max_iter:
+            while status == "max_iter" and self.iteration < s.max_iter:
                 self.iteration += 1
                 iteration, rho = self.iteration, self.rho
                 tick = time.perf_counter()
@@ -213,9 +219,9 @@ class ConsensusADMM:
                         if anderson is not None:
                             anderson.reset()
                     elif anderson is not None:
-                        z_plain = z
                         z, u = anderson.step(z_previous, u_previous, z, u)
-                self.z, self.u, self.x = z, u, x
+                self.z, self.z_plain, self.u, self.x = z, z_plain, u, x
+                self.status = status if status == "converged" else None
                 if self.checkpointer is not None and (finished or scalars[3] > 0 or (
                         s.checkpoint_every and iteration % s.checkpoint_every == 0)):
                     self.checkpointer.write(self.state())
@@ -238,8 +244,7 @@ class ConsensusADMM:
         info = dict(info, rho_final=self.rho, rho_changes=self.rho_changes)
         if loss.iterative:
             info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
-        if self.iteration == 0 or not self.history["iter"]:
-            z_plain = z
+        z_plain = self.z_plain  # also right when a run resumed at its last iteration does no iteration
         if not self.objective_history["objective"]:
             self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z_plain)]}
         # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own

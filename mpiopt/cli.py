@@ -136,11 +136,7 @@ def run_solve(args, comm):
         A, b = load_rows(args.data, comm)
         source = {"data": args.data}
     else:
-        from .data.synthetic import make_lasso
-        m, n = args.synthetic
-        A, b, _ = make_lasso(m, n, args.density, args.noise, args.seed, args.correlation, comm=comm)
-        source = {"synthetic": {"rows": m, "n": n, "density": args.density, "noise": args.noise,
-                                "seed": args.seed, "correlation": args.correlation}}
+        A, b, _, source = _load_lasso_problem(args, comm)
         if args.loss == "logistic":
             b = (b > 0).astype(np.float64)
     lam, lam_ratio = args.lam, args.lam_ratio

@@ -37,7 +37,7 @@ class _ADMMEstimator(BaseEstimator):
         return {"eps_abs": self.tol, "eps_rel": self.tol, "max_iter": self.max_iter, "rho": self.rho,
                 "reducer": self.reducer, "verbose": self.verbose}
 
-    def _rows(self, X, y, comm):
+    def _rows(self, X, comm):
         return comm.allreduce(int(X.shape[0]), op=MPI.SUM)
 
     def _store(self, result):
@@ -62,7 +62,7 @@ class LassoADMM(RegressorMixin, _ADMMEstimator):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
                              y_numeric=True)
         comm = resolve_comm(self.comm)
-        rows = self._rows(X, y, comm)
+        rows = self._rows(X, comm)
         penalty, extra = self._penalty()
         problem = Problem(X, np.asarray(y, dtype=np.float64), "squared", comm, intercept=self.fit_intercept)
         result = problem.solve(penalty, self.alpha * rows, **extra, **self._settings())

@@ -348,5 +348,7 @@ def test_bad_solver_arguments_raise_everywhere(comm):
         solve(A_local, b_local, "squared", "elastic_net", 1.0, comm, l1_ratio=0.0)
     with pytest.raises(CollectiveError, match="groups must give a group label"):
         solve(A_local, b_local, "squared", "group_lasso", 1.0, comm, groups=[0, 1])
+    with pytest.raises(CollectiveError, match="lam_ratio needs penalty l1 or elastic_net"):
+        solve(A_local, b_local, "squared", "group_lasso", None, comm, lam_ratio=0.5, groups=[0] * A.shape[1])
     with pytest.raises(CollectiveError, match="adaptive_rho must be one of"):
         solve(A_local, b_local, "squared", "l1", 1.0, comm, adaptive_rho="sometimes")

@@ -29,7 +29,7 @@ from .settings import ADMMSettings
 
 LOSSES = ("squared", "logistic", "huber")
 PENALTIES = ("l1", "l2", "elastic_net", "group_lasso", "nonnegative", "box", "none")
-SPARSITY_PENALTIES = ("l1", "elastic_net", "group_lasso")
+LAMBDA_MAX_PENALTIES = ("l1", "elastic_net")
 
 
 def _is_number(value):
@@ -118,8 +118,8 @@ def _penalty_problem(penalty, lam, lam_ratio, l1_ratio, groups, n_features):
     if penalty in ("l1", "l2", "elastic_net", "group_lasso"):
         if (lam is None) == (lam_ratio is None):
             return "give exactly one of lam and lam_ratio"
-        if lam_ratio is not None and penalty == "l2":
-            return "lam_ratio needs a sparsity penalty (l1, elastic_net, group_lasso); give lam for l2"
+        if lam_ratio is not None and penalty not in LAMBDA_MAX_PENALTIES:
+            return f"lam_ratio needs penalty l1 or elastic_net (they have a lambda_max); give lam for {penalty}"
         name, value = ("lam", lam) if lam is not None else ("lam_ratio", lam_ratio)
         if not _is_number(value) or not value >= 0 or value == float("inf"):
             return f"{name} must be a finite number >= 0, got {value!r}"
@@ -149,7 +149,7 @@ def _null_intercept(loss_name, b, comm, delta):
 
 
 def lambda_max(loss, penalty, intercept, b, comm, delta=1.0):
-    """The smallest weight of a sparsity penalty for which every coefficient is 0."""
+    """The smallest weight of an L1 or elastic-net penalty for which every coefficient is 0."""
     xp = loss.xp
     x0 = xp.zeros(loss.n)
     if intercept:
@@ -158,8 +158,6 @@ def lambda_max(loss, penalty, intercept, b, comm, delta=1.0):
     gradient = numpy.array(gradient, dtype=float)
     comm.Allreduce(MPI.IN_PLACE, gradient, op=MPI.SUM)
     features = gradient[:loss.n - int(intercept)]
-    if penalty == "group_lasso":
-        return None
     largest = float(numpy.abs(features).max())
     return largest / penalty.l1_ratio if isinstance(penalty, penalty_classes.ElasticNet) else largest
 
@@ -242,7 +240,7 @@ class Problem:
         check_collectively(comm, problem, agree)
 
         lam_value, largest = lam, None
-        if penalty in ("l1", "elastic_net"):
+        if penalty in LAMBDA_MAX_PENALTIES:
             largest = self.lambda_max(penalty, l1_ratio)
             if lam_ratio is not None:
                 lam_value = lam_ratio * largest

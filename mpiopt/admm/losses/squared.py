@@ -42,7 +42,7 @@ class SquaredLossShard(LossShard):
             self.gram = design.outer_gram()
         else:
             self.gram = None
-            self.diagonal = design.gram_diagonal() if hasattr(design, "gram_diagonal") else None
+            self.diagonal = None  # diag(A^T A) for the preconditioner, computed on first use
             self._x = xp.zeros(self.n)
         self.iterative = self.method == "cg"
 

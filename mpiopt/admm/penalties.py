@@ -7,11 +7,21 @@ not touch it (Parikh and Boyd, Proximal Algorithms, 2014, section 6).
 ``Unpenalized(penalty, count)`` leaves the last ``count`` coordinates free, which
 is how an intercept is kept out of the penalty.
 """
+import hashlib
 import math
 
 import numpy as np
 
 from .prox import soft_threshold
+
+
+def _exact(value):
+    """A JSON value that pins ``value`` down exactly: a float (JSON keeps every bit) or an array's digest."""
+    if np.ndim(value) == 0:
+        return value if isinstance(value, (bool, int, str)) else float(value)
+    array = np.ascontiguousarray(np.asarray(value))
+    return {"dtype": str(array.dtype), "shape": list(array.shape),
+            "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
 
 
 class Penalty:
@@ -29,6 +39,15 @@ class Penalty:
     def settings(self):
         """The numbers that define the penalty (for JSON results and checkpoints)."""
         return {}
+
+    def fingerprint(self):
+        """The exact values that define the penalty (for checkpoints): floats at full precision,
+        arrays by their SHA-256."""
+        return {"name": self.name, **{key: _exact(value) for key, value in self.parameters().items()}}
+
+    def parameters(self):
+        """Every number or array that changes the penalty; ``settings()`` by default."""
+        return self.settings()
 
     def describe(self):
         items = ", ".join(f"{key} = {value:.4g}" if isinstance(value, float) else f"{key} = {value}"
@@ -124,6 +143,9 @@ class GroupLasso(Penalty):
     def settings(self):
         return {"lam": self.lam, "groups": len(self.members)}
 
+    def parameters(self):
+        return {"lam": self.lam, "groups": self.groups}
+
 
 class Box(Penalty):
     """The indicator of lower <= z <= upper (scalars or arrays): a projection."""
@@ -143,6 +165,9 @@ class Box(Penalty):
     def settings(self):
         scalar = lambda bound: float(bound) if np.ndim(bound) == 0 else "array"  # noqa: E731
         return {"lower": scalar(self.lower), "upper": scalar(self.upper)}
+
+    def parameters(self):
+        return {"lower": self.lower, "upper": self.upper}
 
 
 class NonNegative(Box):
@@ -178,3 +203,6 @@ class Unpenalized(Penalty):
 
     def settings(self):
         return dict(self.penalty.settings(), unpenalized_last=self.count)
+
+    def parameters(self):
+        return dict(self.penalty.parameters(), unpenalized_last=self.count)

@@ -96,6 +96,8 @@ class GLMLossShard(LossShard):
     def restore(self, state):
         if "x" in state:
             self._x = self.xp.asarray(state["x"], dtype=np.float64)
+            if self._x.shape != (self.n,):
+                raise ValueError(f"the x-step warm start has shape {self._x.shape}, expected ({self.n},)")
 
 
 class LogisticLossShard(GLMLossShard):

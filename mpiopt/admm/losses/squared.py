@@ -107,6 +107,8 @@ class SquaredLossShard(LossShard):
         return 0.5 * float(residual @ residual)
 
     def gradient(self, x):
+        if self.method == "cholesky-tall":  # from the Gram matrix, O(n^2), like the value
+            return self.gram @ x - self.Atb
         return self.design.rmatvec(self.design.matvec(x) - self.b)
 
     def gradient_at_zero(self):
@@ -118,4 +120,6 @@ class SquaredLossShard(LossShard):
 
     def restore(self, state):
         if self.method == "cg" and "x" in state:
-            self._x = self.xp.asarray(state["x"])
+            self._x = self.xp.asarray(state["x"], dtype=float)
+            if self._x.shape != (self.n,):
+                raise ValueError(f"the x-step warm start has shape {self._x.shape}, expected ({self.n},)")

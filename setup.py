@@ -16,7 +16,7 @@ setup(
     license="BSD-3-Clause",
     python_requires=">=3.10",
     packages=find_packages(include=["mpiopt", "mpiopt.*"]),
-    install_requires=["numpy>=1.23", "scipy>=1.9", "mpi4py>=4"],
+    install_requires=["numpy>=1.23", "scipy>=1.9", "mpi4py>=4", "threadpoolctl>=3"],
     extras_require={
         "mpich": ["mpich"],
         "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.6", "h5py>=3"],

@@ -6,6 +6,7 @@ import dataclasses
 import math
 
 from ..collectives import REDUCERS
+from ..core.threads import threads_problem
 
 ADAPTIVE_RHO = ("none", "osqp", "balance")
 
@@ -29,6 +30,8 @@ class ADMMSettings:
     x_tol_min: float = 1e-12    # but never below this
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
+    blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a
+                                # node and no OMP/OPENBLAS/MKL_NUM_THREADS is set; 0: leave them (core/threads.py)
 
     @classmethod
     def from_kwargs(cls, **settings):
@@ -71,6 +74,7 @@ class ADMMSettings:
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
              f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
+            (threads_problem(self.blas_threads) is None, threads_problem(self.blas_threads)),
         ]
         return next((message for ok, message in checks if not ok), None)
 

@@ -45,11 +45,12 @@ def main(argv=None):
     import numpy as np
     from mpi4py import MPI
 
-    from mpiopt.core.io import write_json
+    from mpiopt.core.io import check_writable, write_json
     from mpiopt.data.synthetic import lasso_rows, make_lasso
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
+    check_writable(args.output or f"results/admm_{args.part}.json", comm)  # before minutes of work, not after
     say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
     A, b, _ = make_lasso(args.rows, args.cols, correlation=args.correlation, comm=comm)
     say(f"# admm_general --part {args.part}: {args.rows} x {args.cols}, correlation {args.correlation}, "

@@ -69,11 +69,12 @@ def main(argv=None):
     from mpiopt.admm.design import Design
     from mpiopt.admm.losses import SquaredLossShard
     from mpiopt.core import backend
-    from mpiopt.core.io import write_json
+    from mpiopt.core.io import check_writable, write_json
     from mpiopt.data.synthetic import lasso_rows, make_lasso
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
+    check_writable([args.output, args.plot], comm)  # before minutes of work, not after
     say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
     say(f"admm_lasso benchmark: {args.rows} x {args.cols}, {comm.size} ranks, "
         f"{os.environ.get('OPENBLAS_NUM_THREADS')} BLAS thread(s) per rank, {available_cores()} cores")

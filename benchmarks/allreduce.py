@@ -68,10 +68,11 @@ def main(argv=None):
 
     from mpiopt.collectives import get_reducer
     from mpiopt.collectives.models import fit_alpha_beta, fit_gamma_copy, predict
-    from mpiopt.core.io import write_json
+    from mpiopt.core.io import check_writable, write_json
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
+    check_writable([args.output, args.plot], comm)  # before minutes of work, not after
     p, rank = comm.Get_size(), comm.Get_rank()
     say = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
     dtype = np.dtype(args.datatype)

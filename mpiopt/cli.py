@@ -13,11 +13,43 @@ import time
 from . import __version__
 
 
+class Parser(argparse.ArgumentParser):
+    """An argument parser that prints usage, help and errors once, on rank 0.
+
+    Under mpiexec every rank parses the same arguments and reaches the same
+    verdict; the other ranks exit with the same status without printing.  An
+    error in a subcommand's arguments is reported with that subcommand's usage.
+    """
+
+    rank = 0
+
+    def _print_message(self, message, file=None):
+        if Parser.rank == 0:
+            super()._print_message(message, file)
+
+
+class CommandError(Exception):
+    """A one-line error of a one-process command (exit status 2), e.g. a refused Slurm option."""
+
+
 def _shape(text):
     match = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", text)
     if not match:
         raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS such as 20000x500, got {text!r}")
     return int(match.group(1)), int(match.group(2))
+
+
+def _labels(text):
+    try:
+        return [int(label) for label in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integer labels such as 0,0,1,1, got {text!r}")
+
+
+def _positive_int(text):
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
 
 
 def _add_admm_settings(parser):
@@ -37,6 +69,9 @@ def _add_admm_settings(parser):
     group.add_argument("--reducer", default=defaults.reducer,
                        help="all-reduce of the z-step: mpi, ring, ring-seg, rd, hier, ps, ps-sharded, auto "
                             "(default %(default)s)")
+    group.add_argument("--blas-threads", type=int, default=None, metavar="K",
+                       help="BLAS threads per rank (default: the node's cores shared among its ranks, unless "
+                            "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set)")
     group.add_argument("--quiet", action="store_true", help="no iteration log")
 
 
@@ -53,7 +88,8 @@ def _add_data_source(parser, data_help):
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
+    from .admm.solver import LOSSES, PENALTIES
+    parser = Parser(
         prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.")
     parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -61,7 +97,8 @@ def build_parser():
     lasso = commands.add_parser(
         "lasso", help="consensus-ADMM lasso: minimize ||Ax - b||^2/2 + lam ||x||_1, rows split over ranks",
         description="Consensus-ADMM lasso with the rows of A and b split over the MPI ranks.")
-    _add_data_source(lasso, "npz file holding arrays A and b; each rank reads only its own rows")
+    _add_data_source(lasso, "npz file holding arrays A and b; each rank reads only its own rows "
+                            "(for .h5, svmlight files or shard folders use 'mpiopt solve')")
     weight = lasso.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
     weight.add_argument("--lam-ratio", type=float, default=0.1,
@@ -70,7 +107,7 @@ def build_parser():
                        help="skip the single-process reference solve on rank 0 (it needs all of A there)")
     lasso.add_argument("--output", default="mpiopt_lasso.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(lasso)
-    lasso.set_defaults(run=run_lasso)
+    lasso.set_defaults(run=run_lasso, parser=lasso)
 
     general = commands.add_parser(
         "solve", help="general consensus ADMM: a loss, a penalty, optional intercept, checkpoints",
@@ -78,14 +115,24 @@ def build_parser():
                     "Synthetic data for the logistic loss take the labels b > 0.")
     _add_data_source(general, "rows to read per rank: .npz (A, b), .h5/.hdf5 (A, b), .svm/.svmlight/.libsvm/.txt, "
                               "or a folder of shards made by mpiopt.data.split_file")
-    general.add_argument("--loss", default="squared", choices=["squared", "logistic", "huber"])
-    general.add_argument("--penalty", default="l1", choices=["l1", "l2", "elastic_net", "nonnegative", "box", "none"])
+    general.add_argument("--loss", default="squared", choices=LOSSES,
+                         help="data term: squared (least squares), logistic (labels in {0, 1} or {-1, 1}), "
+                              "huber (robust regression, see --delta) (default %(default)s)")
+    general.add_argument("--penalty", default="l1", choices=PENALTIES,
+                         help="on the coefficients: l1 (lasso), l2 (ridge), elastic_net (see --l1-ratio), "
+                              "group_lasso (see --groups, --group-size), nonnegative, box (see --lower, --upper), "
+                              "none (default %(default)s)")
     weight = general.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
     weight.add_argument("--lam-ratio", type=float, help="lam as a fraction of lambda_max (l1, elastic_net)")
     general.add_argument("--l1-ratio", type=float, default=0.5, help="elastic_net: share of the L1 part")
     general.add_argument("--lower", type=float, default=float("-inf"), help="box: lower bound")
     general.add_argument("--upper", type=float, default=float("inf"), help="box: upper bound")
+    groups = general.add_mutually_exclusive_group()
+    groups.add_argument("--groups", type=_labels, metavar="G1,G2,...",
+                        help="group_lasso: a group label per column of A (integers; -1: not penalized)")
+    groups.add_argument("--group-size", type=_positive_int, metavar="K",
+                        help="group_lasso: consecutive groups of K columns (the last one may be smaller)")
     general.add_argument("--delta", type=float, default=1.0, help="huber: width of the quadratic zone")
     general.add_argument("--intercept", action="store_true", help="fit an unpenalized intercept (the last entry)")
     general.add_argument("--x-solver", default="lbfgs", choices=["lbfgs", "newton"],
@@ -97,7 +144,7 @@ def build_parser():
                        help="write the solver state here (on SIGUSR1, SIGTERM and every --checkpoint-every "
                             "iterations) and resume from it when it exists")
     group.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: signals only)")
-    general.set_defaults(run=run_solve)
+    general.set_defaults(run=run_solve, parser=general)
 
     slurm = commands.add_parser(
         "slurm", help="render a batch script for a workload, submit it with sbatch, optionally wait",
@@ -116,21 +163,31 @@ def build_parser():
     slurm.add_argument("--script", default=None, help="where to write the batch script (default JOBNAME.sbatch)")
     slurm.add_argument("--render-only", action="store_true", help="print the script and do not submit it")
     slurm.add_argument("--wait", action="store_true", help="wait for the job and exit with its exit code")
-    slurm.set_defaults(run=run_slurm, workload_args=[])
+    slurm.set_defaults(run=run_slurm, workload_args=[], parser=slurm)
     return parser
 
 
 def _settings(args):
     return dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
                 max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
-                reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet)
+                reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet,
+                blas_threads=args.blas_threads)
+
+
+def _groups(args, n_columns):
+    """The group labels of --groups or --group-size (None when neither is given)."""
+    if args.group_size is not None:
+        return [column // args.group_size for column in range(n_columns)]
+    return args.groups
 
 
 def run_solve(args, comm):
     import numpy as np
 
     from .admm import solve
-    from .core.io import write_json
+    from .core.io import check_writable, write_json
+    check_writable(args.output, comm)
+    check_writable(args.checkpoint, comm, what="checkpoint")
     if args.data:
         from .data import load_rows
         A, b = load_rows(args.data, comm)
@@ -143,36 +200,44 @@ def run_solve(args, comm):
     if lam is None and lam_ratio is None and args.penalty in ("l1", "elastic_net"):
         lam_ratio = 0.1
     result = solve(A, b, args.loss, args.penalty, lam, comm, lam_ratio=lam_ratio, l1_ratio=args.l1_ratio,
-                   lower=args.lower, upper=args.upper, intercept=args.intercept, delta=args.delta,
-                   x_solver=args.x_solver, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                   **_settings(args))
+                   groups=_groups(args, A.shape[1]), lower=args.lower, upper=args.upper, intercept=args.intercept,
+                   delta=args.delta, x_solver=args.x_solver, checkpoint=args.checkpoint,
+                   checkpoint_every=args.checkpoint_every, **_settings(args))
     if comm.rank == 0:
         payload = dict(result.to_dict(), source=source)
         write_json(args.output, payload)
-        print(f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
-              f"{result.timings['total']:.3f} s); result written to {args.output}")
+        print(f"{_summary(result)}; result written to {args.output}")
     return 3 if result.status == "interrupted" else 0
 
 
+def _summary(result):
+    """One line on the answer's quality: objective, status, nonzeros and the KKT residual."""
+    info = result.info
+    return (f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
+            f"{result.timings['total']:.3f} s); nonzeros {info['nonzeros']} of {info['n']}; "
+            f"KKT residual {info['kkt_residual']:.2e}")
+
+
 def run_slurm(args, comm):
-    from .slurm import render_script, submit, wait
-    if comm.size > 1:
-        raise SystemExit("mpiopt slurm submits jobs; run it as one process, not under mpiexec")
+    from .slurm import SlurmError, render_script, submit, wait
     workload_args = args.workload_args
     output = [a for i, a in enumerate(workload_args) if i and workload_args[i - 1] == "--output"]
-    text = render_script(args.workload, workload_args, job_name=args.job_name, ntasks=args.ntasks,
-                         cpus_per_task=args.cpus_per_task, time=args.time, python=sys.executable,
-                         launcher=args.launcher, signal_seconds=args.signal_seconds or None,
-                         partition=args.partition)
-    if args.render_only:
-        print(text, end="")
-        return 0
-    script = args.script or f"{args.job_name or 'mpiopt-' + args.workload}.sbatch"
-    job_id = submit(text, script)
-    print(f"submitted job {job_id} ({script})", flush=True)
-    if not args.wait:
-        return 0
-    result = wait(job_id, result=output[-1] if output else None)
+    try:
+        text = render_script(args.workload, workload_args, job_name=args.job_name, ntasks=args.ntasks,
+                             cpus_per_task=args.cpus_per_task, time=args.time, python=sys.executable,
+                             launcher=args.launcher, signal_seconds=args.signal_seconds or None,
+                             partition=args.partition)
+        if args.render_only:
+            print(text, end="")
+            return 0
+        script = args.script or f"{args.job_name or 'mpiopt-' + args.workload}.sbatch"
+        job_id = submit(text, script)
+        print(f"submitted job {job_id} ({script})", flush=True)
+        if not args.wait:
+            return 0
+        result = wait(job_id, result=output[-1] if output else None)
+    except (ValueError, SlurmError) as error:
+        raise CommandError(str(error)) from None
     print(f"job {job_id} {result.state} with exit code {result.exit_code} after {result.restarts} requeue(s); "
           f"log {result.output}" + (f"; result {result.result}" if result.result else ""))
     return result.exit_code
@@ -210,8 +275,9 @@ def run_lasso(args, comm):
     import numpy as np
 
     from .admm import lasso
-    from .core.io import write_json
+    from .core.io import check_writable, write_json
 
+    check_writable(args.output, comm)
     A, b, full_problem, source = _load_lasso_problem(args, comm)
     settings = _settings(args)
     if args.lam is not None:
@@ -234,8 +300,7 @@ def run_lasso(args, comm):
                                     "relative_distance": distance, "seconds": seconds}
             print(f"reference (1 process, L-BFGS-B): objective {objective_reference:.12e}, "
                   f"relative objective difference {gap:.2e}, ||x - x_ref|| / ||x_ref|| = {distance:.2e}")
-        print(f"final objective {result.objective:.12e} ({result.status}, {result.iterations} iterations, "
-              f"{result.timings['total']:.3f} s); nonzeros {int(np.count_nonzero(result.x))} of {result.x.size}")
+        print(_summary(result))
         write_json(args.output, payload)
         print(f"result written to {args.output}")
     return 0
@@ -253,12 +318,24 @@ def main(argv=None):
     if argv[:1] == ["slurm"] and "--" in argv:  # everything after -- belongs to the workload
         split = argv.index("--")
         argv, workload_args = argv[:split], argv[split + 1:]
-    args = build_parser().parse_args(argv)
+    Parser.rank = comm.rank
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # reported with the subcommand's usage, not the top level's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "slurm":
         args.workload_args = workload_args
-    if args.command != "slurm" and _guard_against_plain_srun(comm):
+        if comm.size > 1:
+            if comm.rank == 0:
+                print("mpiopt slurm: error: it submits jobs; run it as one process, not under mpiexec",
+                      file=sys.stderr, flush=True)
+            return 2
+    elif _guard_against_plain_srun(comm):
         return 2
-    return run_collectively(args.run, args, comm, comm=comm)
+    try:
+        return run_collectively(args.run, args, comm, comm=comm)
+    except CommandError as error:  # one process: run_collectively passes it on
+        print(f"mpiopt {args.command}: error: {error}", file=sys.stderr, flush=True)
+        return 2
 
 
 if __name__ == "__main__":

@@ -108,3 +108,166 @@ def test_cli_sigusr1_checkpoints_and_sigterm_stops_then_resume_matches(tmp_path)
     result = json.loads((tmp_path / "resumed.json").read_text())
     assert result["info"]["resumed_at"] == stopped["iterations"]
     assert result["x"] == json.loads((tmp_path / "whole.json").read_text())["x"]
+
+
+@pytest.mark.parametrize("command", [
+    ["-m", "mpiopt", "lasso", "--synthetic", "3000x40"],
+    ["-m", "mpiopt", "solve", "--synthetic", "3000x40"],
+    ["benchmarks/admm_lasso.py", "--rows", "3000", "--cols", "40", "--no-sklearn", "--repeat", "1"],
+    ["benchmarks/admm_general.py", "--part", "logistic", "--rows", "3000", "--cols", "40", "--repeat", "1"],
+    ["benchmarks/allreduce.py", "-b", "8", "-e", "64", "--reducers", "mpi"],
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path, command):
+    from pathlib import Path
+    (tmp_path / "plain-file").write_text("x")
+    if command[0].startswith("benchmarks/"):
+        command = [str(Path(__file__).resolve().parent.parent / command[0])] + command[1:]
+    completed = run_mpi(2, *command, "--output", "plain-file/result.json", cwd=tmp_path, timeout=60)
+    assert completed.returncode == 2, completed.stderr
+    message = "cannot write output plain-file/result.json:"
+    assert completed.stderr.count(message) == 1 and "is not a folder" in completed.stderr, completed.stderr
+    assert "status:" not in completed.stdout and "JSON written" not in completed.stdout
+
+
+def test_solve_refuses_a_checkpoint_it_cannot_write_before_loading_data(tmp_path):
+    (tmp_path / "plain-file").write_text("x")
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--data", "missing.npz", "--checkpoint", "plain-file/state.npz",
+                        cwd=tmp_path, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count("cannot write checkpoint plain-file/state.npz") == 1, completed.stderr
+
+
+def test_output_through_a_symlink_writes_the_target(tmp_path):
+    (tmp_path / "link.json").symlink_to("target.json")
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--synthetic", "1000x20", "--quiet", "--output", "link.json",
+                        cwd=tmp_path, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert (tmp_path / "link.json").is_symlink()
+    assert json.loads((tmp_path / "target.json").read_text())["status"] == "converged"
+
+
+@pytest.mark.parametrize("arguments, usage, message", [
+    (["lasso", "--bogus", "3"], "usage: mpiopt lasso", "mpiopt lasso: error: unrecognized arguments: --bogus 3"),
+    (["solve", "--penalty", "l7"], "usage: mpiopt solve", "argument --penalty: invalid choice: 'l7'"),
+    (["lasso", "--synthetic", "abc"], "usage: mpiopt lasso", "expected ROWSxCOLUMNS"),
+    (["solve", "--group-size", "0"], "usage: mpiopt solve", "argument --group-size: expected an integer >= 1"),
+])
+def test_argument_errors_are_printed_once_with_the_subcommand_usage(arguments, usage, message):
+    completed = run_mpi(3, "-m", "mpiopt", *arguments, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count(usage) == 1 and completed.stderr.count(message) == 1, completed.stderr
+    assert "usage: mpiopt [-h]" not in completed.stderr
+
+
+def test_help_is_printed_once_and_explains_losses_and_penalties():
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--help", timeout=60)
+    assert completed.returncode == 0
+    text = " ".join(completed.stdout.split())
+    assert completed.stdout.count("usage: mpiopt solve") == 1
+    for phrase in ("squared (least squares)", "huber (robust regression", "group_lasso (see --groups, --group-size)",
+                   "box (see --lower, --upper)"):
+        assert phrase in text, phrase
+
+
+def run_one(*arguments, env=None, cwd=None):
+    import os
+    import subprocess
+    import sys
+    environment = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "mpiopt", *arguments], capture_output=True, text=True, timeout=60,
+                          env=environment, cwd=cwd)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["-J", "x; rm -rf ~"], "mpiopt slurm: error: job name 'x; rm -rf ~': use 1-64 letters"),
+    (["-t", "1h"], "mpiopt slurm: error: time '1h': use minutes"),
+    (["-p", "a b"], "mpiopt slurm: error: partition 'a b'"),
+])
+def test_slurm_refusals_are_one_line(tmp_path, arguments, message):
+    completed = run_one("slurm", "solve", *arguments, "--render-only", cwd=tmp_path)
+    assert completed.returncode == 2
+    assert completed.stderr.startswith(message) and completed.stderr.count("\n") == 1, completed.stderr
+
+
+def test_slurm_wait_without_sbatch_says_so_in_one_line_and_leaves_nothing(tmp_path):
+    import sys
+    from pathlib import Path
+    completed = run_one("slurm", "solve", "--wait", cwd=tmp_path, env={"PATH": str(Path(sys.executable).parent)})
+    assert completed.returncode == 2
+    assert completed.stderr == ("mpiopt slurm: error: no sbatch on PATH; start a local Slurm with "
+                                "slurm/local-slurm.sh start\n")
+    assert list(tmp_path.iterdir()) == [], "nothing may be left behind"
+
+
+def test_slurm_under_mpiexec_is_refused_once():
+    completed = run_mpi(2, "-m", "mpiopt", "slurm", "solve", "--render-only", timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count("run it as one process, not under mpiexec") == 1, completed.stderr
+
+
+def test_unsupported_data_files_name_the_formats(tmp_path):
+    (tmp_path / "table.csv").write_text("a,b\n1,2\n")
+    (tmp_path / "fake.npz").write_text("hello")
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--data", "table.csv", cwd=tmp_path, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count("files ending in .csv are not a data format of mpiopt; it reads an .npz file") == 1
+    completed = run_mpi(2, "-m", "mpiopt", "lasso", "--data", "fake.npz", cwd=tmp_path, timeout=60)
+    assert completed.returncode == 2
+    assert completed.stderr.count("cannot read fake.npz: it is not an .npz archive of numpy arrays") == 1
+
+
+def test_solve_reports_objective_nonzeros_and_kkt_residual(tmp_path):
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--synthetic", "2000x30", "--output", "out.json", cwd=tmp_path,
+                        timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    x = np.array(result["x"])
+    assert result["info"]["nonzeros"] == np.count_nonzero(x)
+    last = completed.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"final objective {result['objective']:.12e} (converged")
+    assert f"nonzeros {np.count_nonzero(x)} of 30" in last and "KKT residual" in last
+    assert completed.stdout.count("optimality:  KKT residual") == 1
+    assert 0 <= result["info"]["kkt_residual"] < 1e-4
+
+
+def test_group_lasso_from_the_command_line_matches_the_api(tmp_path):
+    from mpiopt.admm import solve
+    completed = run_mpi(2, "-m", "mpiopt", "solve", "--synthetic", "1000x12", "--penalty", "group_lasso",
+                        "--group-size", "4", "--lam", "5", "--eps-abs", "1e-10", "--eps-rel", "1e-10", "--quiet",
+                        "--output", "out.json", cwd=tmp_path, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    A, b = lasso_rows(1000, 12, 0, 1000)
+    direct = solve(A, b, "squared", "group_lasso", 5.0, MPI.COMM_SELF, groups=[0] * 4 + [1] * 4 + [2] * 4,
+                   eps_abs=1e-10, eps_rel=1e-10)
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["info"]["penalty"] == "group_lasso"
+    assert np.allclose(result["x"], direct.x, atol=1e-7)
+
+
+def test_a_resumed_finished_run_says_there_is_nothing_left_to_do(tmp_path):
+    arguments = ["-m", "mpiopt", "solve", "--synthetic", "2000x30", "--checkpoint", "state.npz", "--output", "o.json"]
+    first = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)
+    assert first.returncode == 0, first.stderr
+    again = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)
+    assert again.returncode == 0, again.stderr
+    iterations = json.loads((tmp_path / "o.json").read_text())["iterations"]
+    assert f"resumed at iteration {iterations} (converged), nothing left to do" in again.stdout
+    assert "(from the checkpoint)" in again.stdout and "from the data scale" not in again.stdout
+    assert "  iter      objective" not in again.stdout, "no empty iteration table"
+    assert "0.000 s (" not in again.stdout
+    assert f"solve time:  none (resumed at iteration {iterations}, nothing left to do)" in again.stdout
+
+
+def test_result_files_and_rendered_scripts_are_ignored_by_git():
+    import shutil
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    generated = ["mpiopt_lasso.json", "mpiopt_result.json", "mpiopt-solve.sbatch", "fit.sbatch", "results/x.json",
+                 "state.ckpt.npz", "mpiopt-solve-12.out"]
+    completed = subprocess.run(["git", "check-ignore", *generated], cwd=root, capture_output=True, text=True)
+    assert sorted(completed.stdout.split()) == sorted(generated)
+    kept = subprocess.run(["git", "check-ignore", "slurm/admm-solve.sbatch"], cwd=root, capture_output=True)
+    assert kept.returncode == 1, "the committed batch scripts stay tracked"

@@ -352,3 +352,27 @@ def test_bad_solver_arguments_raise_everywhere(comm):
         solve(A_local, b_local, "squared", "group_lasso", None, comm, lam_ratio=0.5, groups=[0] * A.shape[1])
     with pytest.raises(CollectiveError, match="adaptive_rho must be one of"):
         solve(A_local, b_local, "squared", "l1", 1.0, comm, adaptive_rho="sometimes")
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("layout", ["uneven", "empty"])
+def test_kkt_residual_matches_an_independent_computation(comm, layout):
+    A, b = regression(21)
+    A_local, b_local = shard(comm, A, b, layout)
+    lam = 0.3 * np.abs(A.T @ b).max()
+    for settings in (dict(max_iter=3), dict(eps_abs=1e-10, eps_rel=1e-10)):
+        result = solve(A_local, b_local, "squared", "l1", lam, comm, **settings)
+        x = result.x
+        step = x - A.T @ (A @ x - b)
+        expected = np.abs(x - np.sign(step) * np.maximum(np.abs(step) - lam, 0.0)).max()
+        assert result.info["kkt_residual"] == pytest.approx(expected, rel=1e-8, abs=1e-12)
+        assert result.info["nonzeros"] == np.count_nonzero(x)
+    assert result.info["kkt_residual"] < 1e-6
+    A, y = classification(22)
+    A_local, y_local = shard(comm, A, y, layout)
+    fit = solve(A_local, y_local, "logistic", "l2", 2.0, comm, intercept=True, eps_abs=1e-10, eps_rel=1e-10)
+    _, gradient = smooth_logistic(A, y, intercept=True)(fit.x)
+    step = fit.x - gradient
+    prox = np.append(step[:-1] / (1 + 2.0), step[-1])  # the ridge shrinkage, the intercept left free
+    assert fit.info["kkt_residual"] == pytest.approx(np.abs(fit.x - prox).max(), rel=1e-6, abs=1e-12)
+    assert fit.info["kkt_residual"] < 1e-6

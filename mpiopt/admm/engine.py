@@ -91,6 +91,19 @@ class ConsensusADMM:
         """Global objective sum_i f_i(z) + g(z) (one scalar allreduce)."""
         return self.comm.allreduce(self.loss.value(z), op=MPI.SUM) + self.penalty.value(z)
 
+    def kkt_residual(self, z):
+        """||z - prox_g(z - grad f(z))||_inf with f = sum_i f_i: 0 exactly at a minimizer, for any loss and penalty.
+
+        The fixed-point residual of a proximal-gradient step of length 1; costs one
+        gradient per shard (a pass over its rows or its Gram matrix) and one
+        allreduce of n doubles, so it is computed once, at the end.
+        """
+        xp = self.xp
+        local = self.loss.gradient(z) if self.loss.active else xp.zeros(self.loss.n)
+        gradient = xp.array(local, dtype=float)
+        self.reducer.allreduce(gradient, gradient)
+        return float(xp.abs(z - self.penalty.prox(z - gradient, 1.0)).max())
+
     def state(self):
         """Everything the iteration depends on, for a checkpoint."""
         return {"z": self.z, "z_plain": self.z_plain, "u": self.u, "x": self.x, "rho": self.rho,
@@ -134,6 +147,10 @@ class ConsensusADMM:
         n, count = loss.n, self.active_ranks
         log = IterationLog(s.verbose and comm.rank == 0)
         log.banner(title, banner_lines)
+        resumed_at = self.iteration
+        if self.status == "converged" or resumed_at >= s.max_iter:
+            log.note(f"resumed at iteration {resumed_at} ({'converged' if self.status == 'converged' else 'max_iter'})"
+                     ", nothing left to do")
         loss.factorize(self.rho)
 
         z, u, x = self.z, self.u, self.x
@@ -227,12 +244,16 @@ class ConsensusADMM:
                     self.checkpointer.write(self.state())
                 if finished:
                     break
+            z_plain = self.z_plain  # also right when a run resumed at its last iteration does no iteration
+            if not self.objective_history["objective"]:
+                self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z_plain)]}
+            kkt = self.kkt_residual(z_plain)
         finally:
             signals.restore()
             self.reducer.close()
 
         solve_time = time.perf_counter() - start
-        iterations_here = max(len(self.history["iter"]), 1)
+        iterations_here = max(self.iteration - resumed_at, 1)
         timings = {
             "setup": setup_time,
             "solve": solve_time,
@@ -241,12 +262,10 @@ class ConsensusADMM:
             "communication": comm_time,
             "total": setup_time + solve_time,
         }
-        info = dict(info, rho_final=self.rho, rho_changes=self.rho_changes)
+        info = dict(info, rho_final=self.rho, rho_changes=self.rho_changes, kkt_residual=kkt,
+                    nonzeros=int(xp.count_nonzero(z_plain)), iterations_run=self.iteration - resumed_at)
         if loss.iterative:
             info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
-        z_plain = self.z_plain  # also right when a run resumed at its last iteration does no iteration
-        if not self.objective_history["objective"]:
-            self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z_plain)]}
         # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own
         # state may have been extrapolated by Anderson acceleration for the next iteration.
         result = ADMMResult(x=z_plain, objective=self.objective_history["objective"][-1], iterations=self.iteration,

@@ -20,6 +20,8 @@ from mpi4py import MPI
 from .. import __version__
 from ..core import backend
 from ..core.comm import check_collectively, first_problem, resolve_comm
+from ..core.threads import blas_threads as blas_threads_for
+from ..core.threads import plan_blas_threads, threads_problem
 from . import penalties as penalty_classes
 from .checkpoint import Checkpointer
 from .design import Design, is_sparse
@@ -163,11 +165,12 @@ def lambda_max(loss, penalty, intercept, b, comm, delta=1.0):
 
 
 def _checksum(A, b):
-    digest = hashlib.sha256()
-    values = _values(A)
-    digest.update(numpy.ascontiguousarray(backend.to_host(values)).tobytes())
-    digest.update(numpy.ascontiguousarray(backend.to_host(b)).tobytes())
-    return digest.hexdigest()[:16]
+    """SHA-256 of a shard: its shape, values and, for a sparse matrix, where the values are."""
+    digest = hashlib.sha256(repr((type(A).__name__, A.shape, b.shape)).encode())
+    arrays = [A.data, A.indices, A.indptr] if is_sparse(A) else [A]
+    for array in arrays + [b]:
+        digest.update(numpy.ascontiguousarray(backend.to_host(array)).tobytes())
+    return digest.hexdigest()
 
 
 class Problem:
@@ -178,7 +181,7 @@ class Problem:
     """
 
     def __init__(self, A_local, b_local, loss="squared", comm=None, *, intercept=False, delta=1.0,
-                 x_solver="lbfgs"):
+                 x_solver="lbfgs", blas_threads=None):
         start = time.perf_counter()
         self.comm = comm = resolve_comm(comm)
         self.xp = xp = backend.get_array_module(A_local, b_local)
@@ -191,8 +194,18 @@ class Problem:
             problem = f"delta must be > 0, got {delta!r}"
         if problem is None and x_solver not in ("lbfgs", "newton"):
             problem = f"x_solver must be lbfgs or newton, got {x_solver!r}"
+        problem = problem or threads_problem(blas_threads)
         check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept), "delta": delta,
-                                           "n": self.n_features if problem is None else None})
+                                           "n": self.n_features if problem is None else None,
+                                           "blas_threads": blas_threads})
+        self.blas_threads = blas_threads
+        with blas_threads_for(plan_blas_threads(blas_threads, comm)):
+            self._setup(A_local, b_local, loss, intercept, delta, x_solver, xp)
+        self.setup_time = time.perf_counter() - start
+
+    def _setup(self, A_local, b_local, loss, intercept, delta, x_solver, xp):
+        """Copy the shard, build the loss shard (the Gram matrix or factorization), check that some rank has rows."""
+        comm = self.comm
         if is_sparse(A_local):
             A = A_local.astype(numpy.float64)
         else:
@@ -214,7 +227,6 @@ class Problem:
         check_collectively(comm, "no rank holds any rows of A" if self.total_rows == 0 and comm.rank == 0 else None)
         self._data = (A_local, b_local)  # for the checksum of a checkpoint, computed only when asked
         self._lambda_max = {}
-        self.setup_time = time.perf_counter() - start
 
     def lambda_max(self, penalty="l1", l1_ratio=0.5):
         """The smallest weight of ``penalty`` (l1 or elastic_net) for which every coefficient is 0."""
@@ -226,9 +238,13 @@ class Problem:
 
     def solve(self, penalty="l1", lam=None, *, lam_ratio=None, l1_ratio=0.5, groups=None, lower=-numpy.inf,
               upper=numpy.inf, warm_start=None, **settings):
-        """One solve; ``warm_start`` is a previous ADMMResult of this problem (x, u and rho reused)."""
+        """One solve; ``warm_start`` is a previous ADMMResult of this problem (x, u and rho reused).
+
+        Without a ``blas_threads`` setting the problem's (given when it was built) applies.
+        """
         start = time.perf_counter()
-        comm, xp, shard = self.comm, self.xp, self.shard
+        comm = self.comm
+        settings.setdefault("blas_threads", self.blas_threads)
         try:
             options = ADMMSettings.from_kwargs(**settings)
             problem = options.problem()
@@ -238,7 +254,13 @@ class Problem:
         agree = {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__, "lam": lam,
                  "lam_ratio": lam_ratio, "settings": options.as_dict() if options else None}
         check_collectively(comm, problem, agree)
+        threads = plan_blas_threads(options.blas_threads, comm)
+        with blas_threads_for(threads):
+            return self._solve(options, threads, start, penalty, lam, lam_ratio, l1_ratio, groups, lower, upper,
+                               warm_start)
 
+    def _solve(self, options, threads, start, penalty, lam, lam_ratio, l1_ratio, groups, lower, upper, warm_start):
+        comm, xp, shard = self.comm, self.xp, self.shard
         lam_value, largest = lam, None
         if penalty in LAMBDA_MAX_PENALTIES:
             largest = self.lambda_max(penalty, l1_ratio)
@@ -250,13 +272,10 @@ class Problem:
         engine = ConsensusADMM(shard, engine_penalty, options, comm, xp)
         if warm_start is not None:
             engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))
+        resumed = False
         if options.checkpoint:
-            fingerprint = {"rows": shard.rows, "n": shard.n, "loss": self.loss, "penalty": engine_penalty.describe(),
-                           "checksum": _checksum(*self._data)}
-            engine.checkpointer = Checkpointer(options.checkpoint, comm, fingerprint)
-            state = engine.checkpointer.load()
-            if state is not None:
-                engine.restore(state)
+            engine.checkpointer = Checkpointer(options.checkpoint, comm, self.fingerprint(engine_penalty))
+            resumed = engine.checkpointer.restore(engine)
         setup_time = time.perf_counter() - start + (self.setup_time if warm_start is None else 0.0)
 
         kinds, loss = self.kinds, self.loss
@@ -268,10 +287,12 @@ class Problem:
             "lam": lam_value, "lambda_max": largest,
             "lam_ratio": lam_value / largest if largest and lam_value is not None else None,
             "rho_initial": engine.rho, "resumed_at": engine.iteration,
+            "blas_threads": threads.threads, "blas_threads_reason": threads.reason,
             "settings": options.as_dict(), "backend": xp.__name__, "version": __version__,
         }
         lam_text = "" if lam_value is None else f", lam = {lam_value:.4e}" + (
             f" ({lam_ratio:g} x lambda_max = {largest:.4e})" if lam_ratio is not None else "")
+        rho_source = "from the checkpoint" if resumed else "given" if options.rho else "from the data scale"
         banner = [
             f"problem:  {loss} loss + {engine_penalty.describe()}",
             f"          rows m = {self.total_rows}, variables n = {shard.n}"
@@ -279,16 +300,23 @@ class Problem:
             f"({engine.active_ranks} with rows){lam_text}",
             f"shards:   tall {kinds.count('tall')}, wide {kinds.count('wide')}, empty {kinds.count('empty')}; "
             f"x-step: {getattr(shard, 'method', None) or self.x_solver}",
-            f"settings: rho = {engine.rho:.3e} ({'given' if options.rho else 'from the data scale'}), "
+            f"threads:  {threads.describe()}",
+            f"settings: rho = {engine.rho:.3e} ({rho_source}), "
             f"adaptive rho {options.adaptive_rho}, alpha = {options.alpha:.2f}, eps_abs = {options.eps_abs:.1e}, "
             f"eps_rel = {options.eps_rel:.1e},",
             f"          max_iter = {options.max_iter}, reducer = {options.reducer}",
             f"setup:    {setup_time:.3f} s" + (f"; resumed from {options.checkpoint} at iteration {engine.iteration}"
-                                               if engine.iteration else ""),
+                                               if resumed else ""),
         ]
         result = engine.solve(setup_time, info, banner, f"mpiopt {__version__}: consensus ADMM")
         result.u = engine.u
         return result
+
+    def fingerprint(self, penalty):
+        """What pins this rank's problem down exactly, for checkpoints (see checkpoint.py)."""
+        return {"rows": self.shard.rows, "n": self.shard.n, "loss": self.loss,
+                "loss_parameters": {"delta": float(self.delta)} if self.loss == "huber" else {},
+                "intercept": self.intercept, "penalty": penalty.fingerprint(), "checksum": _checksum(*self._data)}
 
 
 def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *, intercept=False, delta=1.0,
@@ -300,5 +328,6 @@ def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *
     ``checkpoint`` setting an existing checkpoint file is resumed from.
     Returns an ADMMResult, the same on every rank.
     """
-    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver)
+    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver,
+                      blas_threads=options.get("blas_threads"))
     return problem.solve(penalty, lam, **options)

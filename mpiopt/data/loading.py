@@ -27,6 +27,8 @@ from .svmlight import read_svmlight_rows
 
 SVMLIGHT = (".svm", ".svmlight", ".libsvm", ".txt")
 HDF5 = (".h5", ".hdf5")
+FORMATS = ("an .npz file (arrays A and b), an .h5/.hdf5 file (datasets A and b), svmlight text "
+           "(.svm, .svmlight, .libsvm, .txt) or a folder of shards made by mpiopt.data.split_file")
 
 
 def shard_name(rank, parts):
@@ -48,6 +50,9 @@ def load_rows(path, comm=None, keys=("A", "b")):
         return read_svmlight_rows(path, comm)
     if extension in HDF5:
         return read_hdf5_rows(path, keys, comm)
+    if extension != ".npz":
+        kind = f"files ending in {extension}" if extension else "files without an extension"
+        check_collectively(comm, f"cannot read {path}: {kind} are not a data format of mpiopt; it reads {FORMATS}")
     return read_npz_rows(path, keys, comm)
 
 

@@ -75,7 +75,9 @@ def read_npz_rows(path, keys=("A", "b"), comm=None):
         row_counts = {key: shape[0] if shape else None for key, shape in shapes.items()}
         if None in row_counts.values() or len(set(row_counts.values())) != 1:
             problem = f"{path}: arrays {', '.join(keys)} must have the same number of rows, got {row_counts}"
-    except (OSError, ValueError, zipfile.BadZipFile) as error:
+    except zipfile.BadZipFile as error:
+        problem = f"cannot read {path}: it is not an .npz archive of numpy arrays ({error})"
+    except (OSError, ValueError) as error:
         problem = f"cannot read {path}: {error}"
     check_collectively(comm, problem)
 

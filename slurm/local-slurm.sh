@@ -4,11 +4,16 @@
 #   bash slurm/local-slurm.sh start    # install (if missing) and start munge, slurmctld, slurmd; wait for the node
 #   bash slurm/local-slurm.sh status   # sinfo and squeue
 #   bash slurm/local-slurm.sh stop     # stop the daemons
+#   bash slurm/local-slurm.sh cpus     # print the CPU count the node gets
 #
 # Debian's packages, no systemd: the daemons are started directly, as root.
 # Minimal configuration: no cgroups (proctrack/linuxproc, task/none), no
 # accounting (job state comes from squeue and scontrol), MpiDefault=pmi2, one
-# node sized from nproc and the free memory, one partition "debug".
+# node sized from the CPUs this process may run on and the free memory, one
+# partition "debug".  The CPUs are counted with nproc without OMP_NUM_THREADS
+# and OMP_THREAD_LIMIT (plain nproc honours them: with the usual HPC setting
+# OMP_NUM_THREADS=1 it would make a 1-CPU node on which 2-task jobs never
+# start); nproc still honours the CPU affinity, unlike nproc --all.
 # Written to /etc/slurm/slurm.conf (the path sbatch reads by default); state
 # and logs under $MPIOPT_SLURM_STATE (default /var/tmp/mpiopt-slurm).
 set -euo pipefail
@@ -28,9 +33,13 @@ install_packages() {
     apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null
 }
 
+cpu_count() {
+    env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc
+}
+
 write_config() {
     local cpus memory
-    cpus=$(nproc)
+    cpus=$(cpu_count)
     memory=$(awk '/MemAvailable/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
     mkdir -p "$STATE/ctld" "$STATE/spool" /etc/slurm
     cat > "$CONF" <<CONFIG
@@ -95,9 +104,17 @@ start() {
     sleep 0.5
     require_running slurmctld "$STATE/slurmctld.log"
     require_running slurmd "$STATE/slurmd.log"
+    local cpus configured
+    cpus=$(cpu_count)
     for _ in $(seq 1 60); do
         if timeout 5 sinfo -h -n "$NODE" -o %t 2>/dev/null | grep -q -E '^(idle|mix|alloc)'; then
-            echo "local-slurm: node $NODE is up ($(nproc) CPUs); sbatch is ready"
+            configured=$(timeout 5 sinfo -h -n "$NODE" -o %c 2>/dev/null || true)
+            if [ "$configured" = "$cpus" ]; then
+                echo "local-slurm: node $NODE is up ($cpus CPUs); sbatch is ready"
+            else  # the daemons were already running, started with another configuration
+                echo "local-slurm: warning: node $NODE is up but the running Slurm gives it ${configured:-?} CPUs," \
+                    "not $cpus; apply the new configuration with: bash $0 stop && bash $0 start" >&2
+            fi
             return
         fi
         timeout 5 scontrol update NodeName="$NODE" State=RESUME >/dev/null 2>&1 || true
@@ -124,5 +141,6 @@ case "${1:-}" in
     start) start ;;
     stop) stop ;;
     status) timeout 10 sinfo; timeout 10 squeue ;;
-    *) echo "usage: $0 start|stop|status" >&2; exit 2 ;;
+    cpus) cpu_count ;;
+    *) echo "usage: $0 start|stop|status|cpus" >&2; exit 2 ;;
 esac

@@ -5,15 +5,18 @@ the local Slurm first, so there they run.
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import run_mpi
-from mpiopt.slurm import render_script, submit, wait
+from mpiopt.slurm import SlurmError, job_state, never_starts, render_script, submit, wait
+from mpiopt.slurm.jobs import parse_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -55,6 +58,130 @@ def test_render_quotes_every_argument_and_path():
     assert "'my data/$(whoami);x.npz'" in text
     assert """'a'"'"'b.json'""" in text
     assert "#SBATCH --chdir='/tmp/dir with space'" in text
+
+
+def _run_launch_line(text, tmp_path):
+    """The argv that srun (or mpiexec) receives when bash runs the script's launch line; both are stubs."""
+    stubs = tmp_path / "bin"
+    stubs.mkdir(exist_ok=True)
+    for name in ("srun", "mpiexec"):
+        (stubs / name).write_text('#!/bin/sh\nfor a in "$@"; do printf \'%s\\0\' "$a"; done\n')
+        (stubs / name).chmod(0o755)
+    launch = text.split("trap on_usr1 USR1\n")[1].split(" &\nstep=$!")[0]  # an argument may hold a newline
+    environment = dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}", PYTHON=str(stubs / "python"),
+                       CHECKPOINT="fit-7.ckpt.npz", SLURM_NTASKS="2")
+    completed = subprocess.run(["bash", "-c", launch], capture_output=True, env=environment, timeout=30)
+    assert completed.returncode == 0, completed.stderr
+    argv = completed.stdout.decode().split("\0")[:-1]
+    return argv[argv.index(str(stubs / "python")) + 1:]
+
+
+USER_ARGUMENTS = ["--output", "${CHECKPOINT}.json", "--data", "$CHECKPOINT", "--note", "${CHECKPOINT}",
+                  "--tag", "it's \"${CHECKPOINT}\" $(whoami) `id` \\ \n end"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.parametrize("launcher", ["srun", "mpiexec"])
+def test_user_arguments_containing_checkpoint_reach_the_job_byte_for_byte(tmp_path, launcher):
+    text = render_script("solve", USER_ARGUMENTS, launcher=launcher)
+    assert _run_launch_line(text, tmp_path) == ["-m", "mpiopt", "solve", *USER_ARGUMENTS,
+                                                "--checkpoint", "fit-7.ckpt.npz"]
+    explicit = render_script("solve", ["--checkpoint", "${CHECKPOINT}"], launcher=launcher)
+    assert _run_launch_line(explicit, tmp_path) == ["-m", "mpiopt", "solve", "--checkpoint", "${CHECKPOINT}"]
+    own = render_script("solve", ["--checkpoint=mine.npz"], launcher=launcher)
+    assert _run_launch_line(own, tmp_path) == ["-m", "mpiopt", "solve", "--checkpoint=mine.npz"]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("nproc") is None, reason="no bash or nproc")
+def test_local_slurm_counts_cpus_without_the_thread_variables():
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OMP_THREAD_LIMIT="1")
+    completed = subprocess.run(["bash", str(ROOT / "slurm" / "local-slurm.sh"), "cpus"], capture_output=True,
+                               text=True, env=environment, timeout=30)
+    assert completed.returncode == 0, completed.stderr
+    assert int(completed.stdout) == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.timeout(60)
+def test_submit_without_sbatch_says_so_in_one_line_and_writes_nothing(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(SlurmError) as error:
+        submit(render_script("solve", []), tmp_path / "job.sbatch")
+    assert str(error.value) == "no sbatch on PATH; start a local Slurm with slurm/local-slurm.sh start"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty"]
+
+
+@pytest.mark.timeout(60)
+def test_submit_refused_by_sbatch_removes_the_script_it_wrote_and_keeps_one_that_was_there(tmp_path, monkeypatch):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nosuch' >&2\n"
+                                  "echo 'sbatch: error: Batch job submission failed: Invalid partition name' >&2\n"
+                                  "exit 1\n")
+    (stubs / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stubs}:{os.environ['PATH']}")
+    with pytest.raises(SlurmError) as error:
+        submit(render_script("solve", []), tmp_path / "job.sbatch")
+    assert str(error.value) == ("sbatch failed with exit status 1: sbatch: error: invalid partition specified: "
+                                "nosuch; sbatch: error: Batch job submission failed: Invalid partition name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
+    (tmp_path / "kept.sbatch").write_text("an older script\n")
+    with pytest.raises(SlurmError):
+        submit(render_script("solve", []), tmp_path / "kept.sbatch")
+    assert (tmp_path / "kept.sbatch").exists()
+
+
+# Captured with 'scontrol show job -o' on Slurm 22.05 (slurm/local-slurm.sh, one node "vm" of 2 CPUs): a 3-task job;
+# its WorkDir replaced by one with spaces.
+CAPTURED = (
+    "JobId=4 JobName=ok.sbatch UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901756 Nice=0 "
+    "Account=(null) QOS=(null) JobState=PENDING Reason=PartitionConfig Dependency=(null) Requeue=1 Restarts=0 "
+    "BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:00:00 TimeLimit=UNLIMITED TimeMin=N/A "
+    "SubmitTime=2026-11-30T05:50:27 EligibleTime=2026-11-30T05:50:27 AccrueTime=2026-11-30T05:50:27 "
+    "StartTime=Unknown EndTime=Unknown Deadline=N/A SuspendTime=None SecsPreSuspend=0 "
+    "LastSchedEval=2026-11-30T05:50:27 Scheduler=Main Partition=debug AllocNode:Sid=localhost:4484 "
+    "ReqNodeList=(null) ExcNodeList=(null) NodeList= NumNodes=2 NumCPUs=3 NumTasks=3 CPUs/Task=1 "
+    "ReqB:S:C:T=0:0:*:* TRES=cpu=3,mem=21366M,node=1,billing=3 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=* "
+    "MinCPUsNode=1 MinMemoryNode=0 MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 OverSubscribe=OK "
+    "Contiguous=0 Licenses=(null) Network=(null) Command=/tmp/exp/ok.sbatch WorkDir=/tmp/dir with space "
+    "StdErr=/tmp/exp/4.out StdIn=/dev/null StdOut=/tmp/exp/4.out Power= ")
+NODES_DOWN = {"n1": ("down*", 2), "n2": ("drain", 2), "n3": ("idle", 2)}    # 2 usable CPUs for 3 tasks
+NODES_BUSY = {"n1": ("alloc", 2), "n2": ("mix", 2)}
+
+
+@pytest.mark.parametrize("state, reason, dependency, nodes, hopeless", [
+    ("PENDING", "PartitionConfig", "(null)", None, True),                       # 3 tasks on 2 CPUs
+    ("PENDING", "PartitionNodeLimit", "(null)", None, True),                    # --nodes=2 on 1 node
+    ("PENDING", "DependencyNeverSatisfied", "afterok:7(failed)", None, True),
+    ("PENDING", "PartitionTimeLimit", "(null)", None, True),
+    ("PENDING", "InvalidQOS", "(null)", None, True),
+    ("PENDING", "QOSMaxCpuPerJobLimit", "(null)", None, True),
+    ("PENDING", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+     "(null)", NODES_DOWN, True),
+    ("PENDING", "ReqNodeNotAvail,_UnavailableNodes:vm", "(null)", NODES_DOWN, True),
+    ("PENDING", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+     "(null)", NODES_BUSY, False),                                               # reserved: clears by itself
+    ("PENDING", "ReqNodeNotAvail,_UnavailableNodes:", "(null)", {"n1": ("idle~", 2), "n2": ("resv", 2)}, False),
+    ("PENDING", "Resources", "(null)", None, False),
+    ("PENDING", "Priority", "(null)", None, False),
+    ("PENDING", "Dependency", "afterok:7(unfulfilled)", None, False),
+    ("PENDING", "BeginTime", "(null)", None, False),
+    ("PENDING", "QOSMaxJobsPerUserLimit", "(null)", None, False),
+    ("PENDING", "None", "(null)", None, False),
+    ("RUNNING", "PartitionConfig", "(null)", None, False),
+])
+def test_pending_reasons_that_never_clear_are_told_from_those_that_do(state, reason, dependency, nodes, hopeless):
+    line = re.sub(r"JobState=\S+ Reason=\S+ Dependency=\S+", f"JobState={state} Reason={reason} "
+                  f"Dependency={dependency}", CAPTURED)
+    fields = parse_fields(line)
+    assert (fields["Reason"], fields["NumCPUs"], fields["CPUs/Task"]) == (reason, "3", "1")
+    assert fields["WorkDir"] == "/tmp/dir with space"
+    why = never_starts(fields, nodes)
+    assert (why is not None) == hopeless, why
+    if reason == "DependencyNeverSatisfied":
+        assert "afterok:7(failed)" in why
 
 
 def test_committed_scripts_are_what_the_renderer_makes():
@@ -110,3 +237,59 @@ def test_job_at_its_time_limit_checkpoints_is_requeued_and_finishes_with_the_sam
     assert direct.returncode == 0, direct.stderr
     assert result["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]
     assert os.path.exists(tmp_path / f"mpiopt-requeue-{job}.ckpt.npz")
+
+
+def _default_partition():
+    """(name, total CPUs) of the default partition, from sinfo."""
+    for line in subprocess.run(["sinfo", "-h", "-o", "%P %C"], capture_output=True, text=True,
+                               timeout=30).stdout.splitlines():
+        name, cpus = line.split()
+        if name.endswith("*"):
+            return name[:-1], int(cpus.split("/")[3])
+    pytest.skip("no default partition")
+
+
+def _assert_wait_stops_and_leaves_the_job(job, reason, hopeless_after=3):
+    started = time.monotonic()
+    with pytest.raises(SlurmError) as error:
+        wait(job, poll=0.5, timeout=120, hopeless_after=hopeless_after)
+    message = str(error.value)
+    assert time.monotonic() - started >= hopeless_after, "a reason must last hopeless_after seconds"
+    assert "\n" not in message and f"job {job} " in message and reason in message, message
+    assert message.endswith(f"the job was left in the queue: remove it with scancel {job}"), message
+    assert job_state(job)[0] == "PENDING", "wait must not cancel the job"
+    return message
+
+
+@pytest.mark.slurm
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_wait_stops_on_a_job_that_asks_for_more_cpus_than_the_partition_has(tmp_path):
+    partition, cpus = _default_partition()
+    job = submit(render_script("solve", ["--synthetic", "100x5"], job_name="mpiopt-too-big", ntasks=cpus + 1,
+                               python=sys.executable, time="1", partition=partition, workdir=tmp_path),
+                 tmp_path / "job.sbatch")
+    try:
+        message = _assert_wait_stops_and_leaves_the_job(job, "Partition")
+        assert f"asks for {cpus + 1} task(s)" in message and f"partition {partition}, which has {cpus} CPUs" in message
+    finally:
+        subprocess.run(["scancel", job], timeout=30)
+
+
+@pytest.mark.slurm
+@needs_slurm
+@pytest.mark.timeout(120)
+def test_wait_stops_on_a_job_whose_dependency_can_never_be_satisfied(tmp_path):
+    header = f"#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --time=1\n#SBATCH --chdir={tmp_path}\n" \
+             "#SBATCH --output=%x-%j.out\n"
+    failed = submit(header + "#SBATCH --job-name=mpiopt-fails\nexit 1\n", tmp_path / "fails.sbatch")
+    dependent = None
+    try:
+        outcome = wait(failed, poll=0.5, timeout=60)
+        assert (outcome.state, outcome.exit_code) == ("FAILED", 1)
+        dependent = submit(header + f"#SBATCH --job-name=mpiopt-never\n#SBATCH --dependency=afterok:{failed}\n"
+                           "true\n", tmp_path / "never.sbatch")
+        message = _assert_wait_stops_and_leaves_the_job(dependent, "DependencyNeverSatisfied")
+        assert f"afterok:{failed}(failed)" in message
+    finally:
+        subprocess.run(["scancel", failed] + ([dependent] if dependent else []), timeout=30)

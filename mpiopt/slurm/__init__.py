@@ -1,5 +1,5 @@
-"""Slurm: batch scripts rendered safely, submitted with sbatch, followed with squeue and scontrol."""
-from .jobs import JobResult, job_state, submit, wait
+"""Slurm: batch scripts rendered safely, submitted with sbatch, followed with scontrol."""
+from .jobs import JobResult, SlurmError, job_state, never_starts, submit, wait
 from .render import WORKLOADS, render_script
 
-__all__ = ["JobResult", "WORKLOADS", "job_state", "render_script", "submit", "wait"]
+__all__ = ["JobResult", "SlurmError", "WORKLOADS", "job_state", "never_starts", "render_script", "submit", "wait"]

@@ -14,6 +14,11 @@ and paths are checked, so no option can inject shell code.  The script:
   time limit (--signal=B:USR1@s); the trap forwards it to the solver, which
   writes its checkpoint, then requeues the job; the requeued job resumes from
   the checkpoint, whose path does not change (it carries the job id).
+
+The checkpoint argument the renderer adds for ``solve`` is the script's
+variable, ``--checkpoint "$CHECKPOINT"``; every user argument is quoted as it
+is, so one that contains ``${CHECKPOINT}`` reaches the job byte for byte, and a
+user's own ``--checkpoint VALUE`` is passed as given.
 """
 import re
 import shlex
@@ -26,6 +31,11 @@ WORKLOADS = {
 }
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 TIME = re.compile(r"(\d+-)?\d{1,2}(:\d{2}){0,2}")
+
+
+# The checkpoint argument the renderer adds: the script's $CHECKPOINT (JOBNAME-JOBID.ckpt.npz). A sentinel,
+# so that no user's string, whatever it contains, is ever taken for it.
+SCRIPT_CHECKPOINT = object()
 
 
 def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_task=1, time="00:10:00",
@@ -47,10 +57,10 @@ def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_t
     if launcher not in ("srun", "mpiexec"):
         raise ValueError(f"launcher must be srun or mpiexec, got {launcher!r}")
     arguments = [str(a) for a in arguments]
-    if checkpoint and workload == "solve" and "--checkpoint" not in arguments:
-        arguments += ["--checkpoint", "${CHECKPOINT}"]
-    quoted = " ".join(a if a == "${CHECKPOINT}" else shlex.quote(a) for a in arguments).replace(
-        "${CHECKPOINT}", '"$CHECKPOINT"')
+    if checkpoint and workload == "solve" and not any(a == "--checkpoint" or a.startswith("--checkpoint=")
+                                                      for a in arguments):
+        arguments += ["--checkpoint", SCRIPT_CHECKPOINT]
+    quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
     command = " ".join(shlex.quote(part) for part in WORKLOADS[workload])
     if launcher == "srun":
         launch = f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'

@@ -14,9 +14,10 @@
 ``auto``       MPI below 64 KiB, then hier (several ranks per node) or ring
 =============  ============================================================
 
-:class:`AsyncParameterServer` is the asynchronous server (push/pull).
+:class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
+raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
-from .async_server import AsyncParameterServer
+from .async_server import AsyncParameterServer, ParameterServerTimeout
 from .auto import AutoReducer
 from .base import DTYPES, OPS, Reducer, chunk_bounds
 from .hierarchical import HierarchicalReducer
@@ -48,5 +49,5 @@ def get_reducer(name="auto", comm=None, **options):
 
 
 __all__ = ["AsyncParameterServer", "AutoReducer", "DTYPES", "HierarchicalReducer", "MPIReducer", "OPS",
-           "ParameterServerReducer", "REDUCERS", "RecursiveDoublingReducer", "Reducer", "RingReducer",
+           "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS", "RecursiveDoublingReducer", "Reducer", "RingReducer",
            "ShardedParameterServerReducer", "chunk_bounds", "get_reducer"]

@@ -73,7 +73,9 @@ def set_blas_threads_from_mpi(comm=None):
     slurm = _slurm_cpus_per_task()
     ranks = ranks_on_node(comm)
     threads = slurm or threads_per_rank(ranks)
-    why = "SLURM_CPUS_PER_TASK" if slurm else f"{ranks} rank(s) share {available_cores()} cores on this node"
+    cores = available_cores()
+    why = ("SLURM_CPUS_PER_TASK" if slurm else f"{ranks} ranks share {cores} cores on this node" if ranks > 1
+           else f"one rank on this node's {cores} cores")
     for name in THREAD_VARIABLES:
         if name not in os.environ:
             os.environ[name] = str(threads)

@@ -42,7 +42,8 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
                         x_solver="lbfgs", **settings):
     """Solve for each weight of a decreasing grid (or of ``lams``), warm-starting each solve."""
     start = time.perf_counter()
-    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver)
+    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver,
+                      blas_threads=settings.get("blas_threads"))
     largest = problem.lambda_max(penalty, l1_ratio)
     if lams is None:
         lams = largest * np.logspace(0, np.log10(lam_min_ratio), n_lams)

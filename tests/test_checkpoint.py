@@ -209,3 +209,22 @@ def test_a_checkpoint_of_the_old_format_is_refused_with_a_clear_message(tmp_path
     np.savez(path, **arrays)
     with pytest.raises(CollectiveError, match="has format mpiopt-admm-checkpoint-1; this mpiopt reads"):
         solve(A, b, "squared", "l1", 1.0, MPI.COMM_SELF, checkpoint=str(path), max_iter=3)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_checkpoint_with_anderson_memory_of_the_wrong_shape_is_refused_everywhere(comm, tmp_path_factory):
+    A, b = problem(comm)
+    path = os.path.join(shared_folder(comm, tmp_path_factory, "anderson"), "state.npz")
+    solve(A, b, "squared", "l1", 1.0, comm, checkpoint=path, max_iter=12, eps_abs=0, eps_rel=0, rho=50.0,
+          adaptive_rho="none")
+    if comm.rank == 0:
+        with np.load(path, allow_pickle=False) as stored:
+            arrays = {key: stored[key] for key in stored.files}
+        assert "rank0_aa_residuals" in arrays, "the run must have Anderson memory to damage"
+        arrays["rank0_aa_residuals"] = arrays["rank0_aa_residuals"][:, :-1]
+        np.savez(path, **arrays)
+    comm.Barrier()
+    error = error_everywhere(comm, lambda: solve(A, b, "squared", "l1", 1.0, comm, checkpoint=path, max_iter=30,
+                                                 rho=50.0, adaptive_rho="none"))
+    assert f"cannot read checkpoint {path}" in str(error) and "aa_residuals" in str(error)

@@ -128,9 +128,23 @@ class Checkpointer:
         wrong = [key for key, length in expected.items() if arrays[key].shape != (length,)]
         if wrong:
             raise ValueError(f"arrays {', '.join(wrong)} do not have {n} entries")
+        _check_anderson(arrays, self.comm.size, n)
         parts = [{key.split("_", 1)[1]: value for key, value in arrays.items() if key.startswith(f"rank{rank}_")}
                  for rank in range(self.comm.size)]
         return None, parts, dict(meta, z=arrays["z"], z_plain=arrays["z_plain"])
+
+
+def _check_anderson(arrays, ranks, n):
+    """Anderson's memory must have the same shape on every rank (its Gram matrix is all-reduced) and 2n columns."""
+    keys = sorted({key.split("_", 1)[1] for key in arrays if key.startswith("rank") and "_aa_" in key})
+    for key in keys:
+        shapes = [arrays[f"rank{rank}_{key}"].shape if f"rank{rank}_{key}" in arrays else None
+                  for rank in range(ranks)]
+        if len(set(shapes)) != 1:
+            raise ValueError(f"the ranks' {key} arrays have different shapes {shapes}")
+        if key in ("aa_residuals", "aa_images", "aa_previous_residual", "aa_previous_image") and \
+                shapes[0][-1] != 2 * n:
+            raise ValueError(f"{key} has shape {shapes[0]}, expected {2 * n} columns")
 
 
 REQUIRED_META = ("rho", "iteration", "previous_residuals", "rho_changes", "history", "objective_history")

@@ -1,15 +1,4 @@
-"""Splitting rows over ranks."""
+"""Splitting rows over ranks: the rule lives in :mod:`mpiopt.core.partition`."""
+from ..core.partition import offsets, row_range
 
-
-def row_range(total_rows, rank, size):
-    """Rows [start, stop) of ``rank`` when ``total_rows`` are split as evenly as possible.
-
-    The first ``total_rows % size`` ranks hold one row more, as numpy.array_split does.
-    """
-    if size < 1 or not 0 <= rank < size:
-        raise ValueError(f"rank {rank} is not in a communicator of size {size}")
-    if total_rows < 0:
-        raise ValueError(f"total_rows must be >= 0, got {total_rows}")
-    base, extra = divmod(total_rows, size)
-    start = rank * base + min(rank, extra)
-    return start, start + base + (rank < extra)
+__all__ = ["offsets", "row_range"]

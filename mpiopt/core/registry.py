@@ -1,0 +1,62 @@
+"""Names for the pieces a user chooses: losses, penalties, reducers, x-solvers, models, optimizers, ...
+
+Each piece registers itself in its own module, under a kind and a name::
+
+    @register("penalty", "l1")
+    class L1(Penalty): ...
+
+and everything that lists or chooses pieces reads the registry: the solver's
+validation, the command line's choices, the estimators and the docs.  A user
+adds a piece the same way from their own code and then uses it by name.
+Registration happens when the piece's module is imported; the modules that
+look a kind up import the modules that register it.
+"""
+
+_REGISTRY = {}
+
+
+class RegistryError(ValueError):
+    """An unknown name; the message lists the valid ones."""
+
+
+def register(kind, name, item=None, *, replace=False):
+    """Register ``item`` as ``kind``/``name``; without ``item``, a decorator.
+
+    A name is registered once per kind unless ``replace`` is true (so that two
+    pieces cannot silently shadow each other).
+    """
+    def add(item):
+        entries = _REGISTRY.setdefault(kind, {})
+        if name in entries and entries[name] is not item and not replace:
+            raise RegistryError(f"{kind} {name!r} is already registered ({entries[name]!r}); "
+                                "pass replace=True to replace it")
+        entries[name] = item
+        return item
+    if not isinstance(name, str) or not name:
+        raise RegistryError(f"a {kind} name must be a non-empty string, got {name!r}")
+    return add if item is None else add(item)
+
+
+def names(kind):
+    """The registered names of ``kind``, in registration order."""
+    return list(_REGISTRY.get(kind, {}))
+
+
+def unknown(kind, name):
+    """The message for a name that is not registered, or None when it is."""
+    if isinstance(name, str) and name in _REGISTRY.get(kind, {}):
+        return None
+    return f"{kind} must be one of {', '.join(names(kind))}, got {name!r}"
+
+
+def lookup(kind, name):
+    """The item registered as ``kind``/``name``; RegistryError naming the valid names otherwise."""
+    message = unknown(kind, name)
+    if message:
+        raise RegistryError(message)
+    return _REGISTRY[kind][name]
+
+
+def unregister(kind, name):
+    """Remove a registration (tests, and users replacing a piece)."""
+    _REGISTRY.get(kind, {}).pop(name, None)

@@ -8,7 +8,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBPACKAGES = ("admm", "cli", "collectives", "core", "data")
+_SUBPACKAGES = ("admm", "cli", "collectives", "core", "data", "estimators", "models", "optim", "slurm")
 
 
 def __getattr__(name):

@@ -53,12 +53,13 @@ def _positive_int(text):
 
 
 def _add_admm_settings(parser):
-    from .admm.settings import ADMMSettings
+    from .admm.settings import ADAPTIVE_RHO, ADMMSettings
+    from .collectives import REDUCERS
     defaults = ADMMSettings()
     group = parser.add_argument_group("ADMM settings")
     group.add_argument("--rho", type=float, default=defaults.rho,
                        help="initial penalty parameter (default: from the data scale)")
-    group.add_argument("--adaptive-rho", default=defaults.adaptive_rho, choices=["none", "osqp", "balance"],
+    group.add_argument("--adaptive-rho", default=defaults.adaptive_rho, choices=ADAPTIVE_RHO,
                        help="rho adaptation (default %(default)s)")
     group.add_argument("--alpha", type=float, default=defaults.alpha, help="over-relaxation in (0, 2) (default %(default)s)")
     group.add_argument("--eps-abs", type=float, default=defaults.eps_abs, help="absolute tolerance (default %(default)s)")
@@ -67,8 +68,7 @@ def _add_admm_settings(parser):
     group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
     group.add_argument("--reducer", default=defaults.reducer,
-                       help="all-reduce of the z-step: mpi, ring, ring-seg, rd, hier, ps, ps-sharded, auto "
-                            "(default %(default)s)")
+                       help=f"all-reduce of the z-step: {', '.join(REDUCERS)} (default %(default)s)")
     group.add_argument("--blas-threads", type=int, default=None, metavar="K",
                        help="BLAS threads per rank (default: the node's cores shared among its ranks, unless "
                             "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set)")
@@ -88,7 +88,9 @@ def _add_data_source(parser, data_help):
 
 
 def build_parser():
-    from .admm.solver import LOSSES, PENALTIES
+    from . import slurm as _slurm  # noqa: F401 (registers the workloads)
+    from .admm import solver as _solver  # noqa: F401 (registers the losses, penalties and x-solvers)
+    from .core.registry import names
     parser = Parser(
         prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.")
     parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
@@ -115,10 +117,10 @@ def build_parser():
                     "Synthetic data for the logistic loss take the labels b > 0.")
     _add_data_source(general, "rows to read per rank: .npz (A, b), .h5/.hdf5 (A, b), .svm/.svmlight/.libsvm/.txt, "
                               "or a folder of shards made by mpiopt.data.split_file")
-    general.add_argument("--loss", default="squared", choices=LOSSES,
+    general.add_argument("--loss", default="squared", choices=names("loss"),
                          help="data term: squared (least squares), logistic (labels in {0, 1} or {-1, 1}), "
                               "huber (robust regression, see --delta) (default %(default)s)")
-    general.add_argument("--penalty", default="l1", choices=PENALTIES,
+    general.add_argument("--penalty", default="l1", choices=names("penalty"),
                          help="on the coefficients: l1 (lasso), l2 (ridge), elastic_net (see --l1-ratio), "
                               "group_lasso (see --groups, --group-size), nonnegative, box (see --lower, --upper), "
                               "none (default %(default)s)")
@@ -135,7 +137,7 @@ def build_parser():
                         help="group_lasso: consecutive groups of K columns (the last one may be smaller)")
     general.add_argument("--delta", type=float, default=1.0, help="huber: width of the quadratic zone")
     general.add_argument("--intercept", action="store_true", help="fit an unpenalized intercept (the last entry)")
-    general.add_argument("--x-solver", default="lbfgs", choices=["lbfgs", "newton"],
+    general.add_argument("--x-solver", default="lbfgs", choices=names("x_solver"),
                          help="logistic and huber: x-step solver (default %(default)s)")
     general.add_argument("--output", default="mpiopt_result.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(general)
@@ -151,7 +153,7 @@ def build_parser():
         description="Render a Slurm batch script (names and paths quoted safely), submit it with sbatch and, "
                     "with --wait, follow it with squeue/scontrol and return the job's exit code. "
                     "Arguments after -- go to the workload, e.g. mpiopt slurm solve -n 4 -- --loss logistic.")
-    slurm.add_argument("workload", choices=["solve", "lasso", "admm-benchmark", "allreduce-benchmark"])
+    slurm.add_argument("workload", choices=names("workload"))
     slurm.add_argument("-n", "--ntasks", type=int, default=2)
     slurm.add_argument("-c", "--cpus-per-task", type=int, default=1)
     slurm.add_argument("-t", "--time", default="00:10:00", help="time limit (default %(default)s)")

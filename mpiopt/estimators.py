@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .admm.solver import Problem
 from .core.comm import resolve_comm
+from .core.registry import lookup, names
 
 
 class _ADMMEstimator(BaseEstimator):
@@ -109,8 +110,10 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        if self.penalty not in ("l1", "l2"):
-            raise ValueError(f"penalty must be 'l1' or 'l2', got {self.penalty!r}")
+        weight_only = [name for name in names("penalty") if lookup("penalty", name).options == ("lam",)]
+        if self.penalty not in weight_only:
+            raise ValueError(f"penalty must be one of {', '.join(map(repr, weight_only))} (a registered penalty "
+                             f"with a weight only), got {self.penalty!r}")
         comm = resolve_comm(self.comm)
         labels = sorted(set().union(*comm.allgather(set(np.unique(y).tolist()))))
         if len(labels) < 2:

@@ -123,7 +123,7 @@ def test_checkpoint_write_failing_mid_run_reaches_every_rank(comm, tmp_path_fact
     if comm.rank == 0:
         def full_disk(*args, **kwargs):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        monkeypatch.setattr("mpiopt.admm.checkpoint.write_atomic", full_disk)
+        monkeypatch.setattr("mpiopt.core.checkpoint.write_atomic", full_disk)
     error = error_everywhere(comm, lambda: solve(A, b, "squared", "l1", 1.0, comm, checkpoint=path,
                                                  checkpoint_every=3, eps_abs=0, eps_rel=0, max_iter=20))
     assert f"cannot write checkpoint {path}: [Errno {errno.ENOSPC}] No space left on device" in str(error)

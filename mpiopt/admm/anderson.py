@@ -17,14 +17,19 @@ when it has not shrunk for 2 m steps; after a safeguard reset the next 2 m
 steps are plain ADMM steps, which always make progress, before extrapolation
 resumes.
 """
+import math
+
 import numpy as np
 from mpi4py import MPI
 
 
 class AndersonAccelerator:
-    def __init__(self, memory, comm, active_ranks, regularization=1e-10, growth=2.0):
-        self.memory, self.comm = int(memory), comm
-        self.z_weight = 1.0 / np.sqrt(max(comm.size, 1))  # z is counted once over all ranks
+    """The vectors live in the engine's array module ``xp`` (numpy or CuPy); the small
+    (m + 1) x (m + 1) Gram matrix and its solve are on the host."""
+
+    def __init__(self, memory, comm, xp=np, regularization=1e-10, growth=2.0):
+        self.memory, self.comm, self.xp = int(memory), comm, xp
+        self.z_weight = 1.0 / math.sqrt(max(comm.size, 1))  # z is counted once over all ranks
         self.regularization, self.growth = regularization, growth
         self.reset()
 
@@ -40,9 +45,9 @@ class AndersonAccelerator:
         """Arrays for a checkpoint (this rank's share of the history)."""
         if self.previous_residual is None:
             return {"counters": np.array([self.stalled, self.cooldown])}
-        width = self.previous_residual.size
-        return {"residuals": np.array(self.residuals).reshape(len(self.residuals), width),
-                "images": np.array(self.images).reshape(len(self.images), width),
+        width, xp = self.previous_residual.size, self.xp
+        stack = lambda rows: xp.stack(rows) if rows else xp.zeros((0, width))  # noqa: E731
+        return {"residuals": stack(self.residuals), "images": stack(self.images),
                 "previous_residual": self.previous_residual, "previous_image": self.previous_image,
                 "best_norm": np.array(self.best_norm), "counters": np.array([self.stalled, self.cooldown])}
 
@@ -51,14 +56,15 @@ class AndersonAccelerator:
         if "counters" in state:
             self.stalled, self.cooldown = (int(v) for v in state["counters"])
         if "residuals" in state:
-            self.residuals = list(np.asarray(state["residuals"]))
-            self.images = list(np.asarray(state["images"]))
-            self.previous_residual = np.asarray(state["previous_residual"])
-            self.previous_image = np.asarray(state["previous_image"])
+            xp = self.xp
+            self.residuals = list(xp.asarray(state["residuals"]))
+            self.images = list(xp.asarray(state["images"]))
+            self.previous_residual = xp.asarray(state["previous_residual"])
+            self.previous_image = xp.asarray(state["previous_image"])
             self.best_norm = float(state["best_norm"])
 
     def _pack(self, z, u):
-        return np.concatenate([self.z_weight * np.asarray(z), np.asarray(u)])
+        return self.xp.concatenate([self.z_weight * z, u])
 
     def step(self, z, u, z_mapped, u_mapped):
         """(z, u) -> T(z, u) = (z_mapped, u_mapped); returns the accelerated (z, u)."""
@@ -95,5 +101,5 @@ class AndersonAccelerator:
             self.reset()
             return z_mapped, u_mapped
         accelerated = image - sum(g * d for g, d in zip(gamma, self.images))
-        n = np.asarray(z).size
+        n = z.size
         return accelerated[:n] / self.z_weight, accelerated[n:]

@@ -34,29 +34,58 @@ keeps the unscaled dual variable rho u.
 
 Per iteration, per rank: one x-step (two triangular solves for a tall shard),
 O(n) vector work, one allreduce of n doubles and one of five.
+
+The loop reads as the algorithm: each step is a short method (``x_step``,
+``relax``, ``z_step``, ``u_step``, ``residuals``, ``termination``,
+``adapt_rho``, ``accelerate``, ``checkpoint``), in the manner of OSQP's
+``auxil.c``.  The engine prints nothing itself: the caller gives it an
+iteration log (mpiopt.core.log) whose banner and footer it builds.
 """
+import dataclasses
 import math
-import signal
 import time
 
 from mpi4py import MPI
 
-from ..collectives import get_reducer
+from ..collectives import Reducer, get_reducer
+from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
-from .printing import IterationLog
+from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
 HISTORY = ("iter", "r_norm", "eps_pri", "s_norm", "eps_dual", "rho", "time")
 
 
-class ConsensusADMM:
-    """Runs consensus ADMM for one loss shard per rank and one penalty on z."""
+@dataclasses.dataclass
+class Residuals:
+    """The global residuals of one iteration and the norms the stopping rule and rho adaptation use."""
+    r_norm: float
+    s_norm: float
+    eps_pri: float
+    eps_dual: float
+    x_norm: float
+    z_norm: float
+    u_norm: float
+    checkpoint_requested: bool
+    stop_requested: bool
 
-    def __init__(self, loss, penalty, settings, comm, xp):
+
+class ConsensusADMM:
+    """Runs consensus ADMM for one loss shard per rank and one penalty on z.
+
+    ``log``: an IterationLog (mpiopt.core.log) with the columns of HISTORY's
+    order (iter, objective, r_norm, eps_pri, s_norm, eps_dual, rho, time), or
+    None.  ``settings.reducer`` is a name or a Reducer; a Reducer given by the
+    caller is used as it is and left open (the caller owns it).
+    """
+
+    def __init__(self, loss, penalty, settings, comm, xp, log=None):
         self.loss, self.penalty, self.settings, self.comm, self.xp = loss, penalty, settings, comm, xp
+        self.log = log
         self.active_ranks = comm.allreduce(int(loss.active), op=MPI.SUM)
+        self.owns_reducer = not isinstance(settings.reducer, Reducer)
         # Sizes are fixed by construction (n and 5), so the per-call collective check is skipped.
-        self.reducer = get_reducer(settings.reducer, comm, check=False)
+        self.reducer = get_reducer(settings.reducer, comm, check=False) if self.owns_reducer else settings.reducer
         self.rho = settings.rho if settings.rho is not None else self.default_rho()
         n = loss.n
         self.z, self.u, self.x = xp.zeros(n), xp.zeros(n), xp.zeros(n)
@@ -68,8 +97,11 @@ class ConsensusADMM:
         self.objective_history = {"iter": [], "objective": []}
         self.rho_changes = 0
         self.checkpointer = None
-        self.anderson = AndersonAccelerator(settings.anderson, comm, self.active_ranks) if settings.anderson else None
+        self.anderson = AndersonAccelerator(settings.anderson, comm, xp) if settings.anderson else None
+        self.x_time = self.comm_time = 0.0
+        self._sums, self._scalars = xp.zeros(n), xp.zeros(5)
 
+    # -- set-up ------------------------------------------------------------------
     def default_rho(self):
         """The mean, over the ranks holding data, of each shard's Hessian scale per coordinate."""
         local = self.loss.curvature() if self.loss.active else 0.0
@@ -87,22 +119,10 @@ class ConsensusADMM:
         if u is not None:
             self.u = self.xp.array(u, dtype=float, copy=True)
 
-    def objective(self, z):
-        """Global objective sum_i f_i(z) + g(z) (one scalar allreduce)."""
-        return self.comm.allreduce(self.loss.value(z), op=MPI.SUM) + self.penalty.value(z)
-
-    def kkt_residual(self, z):
-        """||z - prox_g(z - grad f(z))||_inf with f = sum_i f_i: 0 exactly at a minimizer, for any loss and penalty.
-
-        The fixed-point residual of a proximal-gradient step of length 1; costs one
-        gradient per shard (a pass over its rows or its Gram matrix) and one
-        allreduce of n doubles, so it is computed once, at the end.
-        """
-        xp = self.xp
-        local = self.loss.gradient(z) if self.loss.active else xp.zeros(self.loss.n)
-        gradient = xp.array(local, dtype=float)
-        self.reducer.allreduce(gradient, gradient)
-        return float(xp.abs(z - self.penalty.prox(z - gradient, 1.0)).max())
+    def use_checkpoint(self, path, fingerprint):
+        """Checkpoint to ``path`` and resume from it when it exists (collective); returns whether it resumed."""
+        self.checkpointer = admm_checkpointer(path, self.comm, fingerprint)
+        return self.checkpointer.restore(lambda *parts: self.restore(join_state(*parts)), validator(self.loss.n))
 
     def state(self):
         """Everything the iteration depends on, for a checkpoint."""
@@ -126,179 +146,220 @@ class ConsensusADMM:
         if self.anderson is not None:
             self.anderson.restore(state.get("anderson", {}))
 
-    def _adapt_rho(self, r_norm, s_norm, x_norm, z_norm, u_norm):
+    # -- measures of the answer --------------------------------------------------
+    def objective(self, z):
+        """Global objective sum_i f_i(z) + g(z) (one scalar allreduce)."""
+        return self.comm.allreduce(self.loss.value(z), op=MPI.SUM) + self.penalty.value(z)
+
+    def kkt_residual(self, z):
+        """||z - prox_g(z - grad f(z))||_inf with f = sum_i f_i: 0 exactly at a minimizer, for any loss and penalty.
+
+        The fixed-point residual of a proximal-gradient step of length 1; costs one
+        gradient per shard (a pass over its rows or its Gram matrix) and one
+        allreduce of n doubles, so it is computed once, at the end.
+        """
+        xp = self.xp
+        local = self.loss.gradient(z) if self.loss.active else xp.zeros(self.loss.n)
+        gradient = xp.array(local, dtype=float)
+        self.reducer.allreduce(gradient, gradient)
+        return float(xp.abs(z - self.penalty.prox(z - gradient, 1.0)).max())
+
+    # -- the steps of one iteration ----------------------------------------------
+    def x_step(self, z, u):
+        """x_i = argmin f_i(x) + (rho/2)||x - (z - u_i)||^2, inexact x-steps to a tolerance that tightens."""
+        s, loss = self.settings, self.loss
+        smallest = min(self.previous_residuals)
+        tolerance = max(s.x_tol_min, s.x_tol_factor * smallest) \
+            if loss.iterative and math.isfinite(smallest) else None
+        return loss.prox(z - u, tolerance)
+
+    def relax(self, x, z):
+        """Over-relaxation xh_i = alpha x_i + (1 - alpha) z."""
+        return z + self.settings.alpha * (x - z)
+
+    def z_step(self, sums, rho):
+        """z = prox_{g / (N rho)}(mean of xh_i + u_i): one allreduce of n doubles, then the penalty's prox."""
+        tock = time.perf_counter()
+        self.reducer.allreduce(sums, sums)
+        self.comm_time += time.perf_counter() - tock
+        count = self.active_ranks
+        return self.penalty.prox(sums / count, 1.0 / (count * rho))
+
+    def u_step(self, u, x_relaxed, z):
+        """u_i = u_i + xh_i - z."""
+        u = u + x_relaxed
+        u -= z
+        return u
+
+    def residuals(self, x, z, u, z_previous, rho, signals):
+        """Global r, s and their tolerances (Boyd et al. 3.3.1) from one allreduce of five numbers
+        (||x_i - z||^2, ||x_i||^2, ||u_i||^2 summed, and the signal flags)."""
+        s, count = self.settings, self.active_ranks
+        scalars = self._scalars
+        if self.loss.active:
+            difference = x - z
+            scalars[0] = float(difference @ difference)
+            scalars[1] = float(x @ x)
+            scalars[2] = float(u @ u)
+        else:
+            scalars[:3] = 0.0
+        scalars[3], scalars[4] = signals.take()
+        tock = time.perf_counter()
+        self.reducer.allreduce(scalars, scalars)
+        self.comm_time += time.perf_counter() - tock
+        step = z - z_previous
+        z_norm = math.sqrt(float(z @ z))
+        x_norm, u_norm = math.sqrt(float(scalars[1])), math.sqrt(float(scalars[2]))
+        sqrt_count_n = math.sqrt(count * self.loss.n)
+        return Residuals(
+            r_norm=math.sqrt(float(scalars[0])),
+            s_norm=rho * math.sqrt(count) * math.sqrt(float(step @ step)),
+            eps_pri=sqrt_count_n * s.eps_abs + s.eps_rel * max(x_norm, math.sqrt(count) * z_norm),
+            eps_dual=sqrt_count_n * s.eps_abs + s.eps_rel * rho * u_norm,
+            x_norm=x_norm, z_norm=z_norm, u_norm=u_norm,
+            checkpoint_requested=scalars[3] > 0, stop_requested=scalars[4] > 0)
+
+    def termination(self, residuals, elapsed):
+        """"converged", "time_limit", "interrupted" (SIGTERM) or None to go on."""
+        s = self.settings
+        if residuals.r_norm <= residuals.eps_pri and residuals.s_norm <= residuals.eps_dual:
+            return "converged"
+        if s.time_limit and elapsed >= s.time_limit:
+            return "time_limit"
+        if residuals.stop_requested:
+            return "interrupted"
+        return None
+
+    def adapt_rho(self, residuals):
+        """The next rho: OSQP's rule or residual balancing every ``adaptive_rho_interval`` iterations."""
         s, rho = self.settings, self.rho
         if s.adaptive_rho == "none" or self.iteration % s.adaptive_rho_interval:
             return rho
-        tiny = 1e-300
+        r_norm, s_norm = residuals.r_norm, residuals.s_norm
         if s.adaptive_rho == "balance":
-            proposal = rho * 2.0 if r_norm > 10 * s_norm else rho / 2.0 if s_norm > 10 * r_norm else rho
-            return proposal
-        primal = r_norm / max(x_norm, math.sqrt(self.active_ranks) * z_norm, tiny)
-        dual = s_norm / max(rho * u_norm, tiny)
+            return rho * 2.0 if r_norm > 10 * s_norm else rho / 2.0 if s_norm > 10 * r_norm else rho
+        tiny = 1e-300
+        primal = r_norm / max(residuals.x_norm, math.sqrt(self.active_ranks) * residuals.z_norm, tiny)
+        dual = s_norm / max(rho * residuals.u_norm, tiny)
         if primal <= 0 or dual <= 0:
             return rho
         proposal = rho * math.sqrt(primal / dual)
         factor = s.adaptive_rho_tolerance
         return proposal if proposal > factor * rho or proposal < rho / factor else rho
 
-    def solve(self, setup_time, info, banner_lines, title):
-        xp, s, loss, comm = self.xp, self.settings, self.loss, self.comm
-        n, count = loss.n, self.active_ranks
-        log = IterationLog(s.verbose and comm.rank == 0)
-        log.banner(title, banner_lines)
-        resumed_at = self.iteration
-        if self.status == "converged" or resumed_at >= s.max_iter:
-            log.note(f"resumed at iteration {resumed_at} ({'converged' if self.status == 'converged' else 'max_iter'})"
-                     ", nothing left to do")
-        loss.factorize(self.rho)
+    def change_rho(self, new_rho, u):
+        """Adopt ``new_rho``: refactorize, rescale u by rho_old / rho_new (keeping rho u), reset acceleration."""
+        u = u * (self.rho / new_rho)
+        self.rho = new_rho
+        self.rho_changes += 1
+        self.loss.factorize(new_rho)
+        if self.anderson is not None:
+            self.anderson.reset()
+        return u
 
-        z, u, x = self.z, self.u, self.x
-        sums = xp.zeros(n)
-        scalars = xp.zeros(5)
-        x_time = comm_time = 0.0
-        sqrt_count_n = math.sqrt(count * n)
-        status = "converged" if self.status == "converged" else "max_iter"
-        signals = _SignalFlags(self.checkpointer is not None)
-        anderson = self.anderson
+    def accelerate(self, z_previous, u_previous, z, u):
+        """Anderson's extrapolation of (z, u), or the plain step without acceleration."""
+        if self.anderson is None:
+            return z, u
+        return self.anderson.step(z_previous, u_previous, z, u)
+
+    def checkpoint(self, finished, residuals):
+        """Write a checkpoint at the end, on SIGUSR1/SIGTERM, and every ``checkpoint_every`` iterations."""
+        every = self.settings.checkpoint_every
+        if self.checkpointer is not None and (finished or residuals.checkpoint_requested or (
+                every and self.iteration % every == 0)):
+            self.checkpointer.write(*split_state(self.state()))
+
+    def record(self, residuals, elapsed):
+        for key, value in zip(HISTORY, (self.iteration, residuals.r_norm, residuals.eps_pri, residuals.s_norm,
+                                        residuals.eps_dual, self.rho, elapsed)):
+            self.history[key].append(value)
+        self.previous_residuals = (residuals.r_norm, residuals.s_norm)
+
+    def log_row(self, z, residuals, elapsed, finished):
+        """The objective costs a pass over the Gram matrix or the rows: evaluated for the log rows when the
+        log is on (as OSQP does), and always at the end."""
+        s = self.settings  # the objective is collective: every rank evaluates it at the same iterations
+        if finished or (s.verbose and (self.iteration == 1 or self.iteration % s.log_every == 0)):
+            objective = self.objective(z)
+            self.objective_history["iter"].append(self.iteration)
+            self.objective_history["objective"].append(objective)
+            if self.log is not None:
+                self.log.row(self.iteration, objective, residuals.r_norm, residuals.eps_pri, residuals.s_norm,
+                             residuals.eps_dual, self.rho, elapsed)
+
+    # -- the loop ----------------------------------------------------------------
+    def iterate(self, signals, start, elapsed_before):
+        """One ADMM iteration; returns (status or None, finished)."""
+        loss = self.loss
+        self.iteration += 1
+        rho, z, u = self.rho, self.z, self.u
+        tick = time.perf_counter()
+        if loss.active:
+            x = self.x_step(z, u)
+            x_relaxed = self.relax(x, z)
+            self.xp.add(x_relaxed, u, out=self._sums)
+        else:
+            self._sums[...] = 0.0
+        self.x_time += time.perf_counter() - tick
+        z_previous, u_previous = z, u
+        z = z_plain = self.z_step(self._sums, rho)
+        if loss.active:
+            u = self.u_step(u, x_relaxed, z)
+        else:
+            x = z
+        residuals = self.residuals(x, z, u, z_previous, rho, signals)
+        elapsed = elapsed_before + time.perf_counter() - start
+        self.record(residuals, elapsed)
+        status = self.termination(residuals, elapsed)
+        finished = status is not None or self.iteration == self.settings.max_iter
+        self.log_row(z, residuals, elapsed, finished)
+        if status != "converged":  # also at max_iter, so that a resumed run follows the same path
+            new_rho = self.adapt_rho(residuals)
+            if new_rho != rho:
+                u = self.change_rho(new_rho, u)
+            else:
+                z, u = self.accelerate(z_previous, u_previous, z, u)
+        self.z, self.z_plain, self.u, self.x = z, z_plain, u, x
+        self.status = status if status == "converged" else None
+        self.checkpoint(finished, residuals)
+        return status, finished
+
+    def solve(self):
+        """Iterate until the stopping rule, a limit or SIGTERM; returns an ADMMResult (the engine's part of
+        ``info`` and ``timings``: the caller adds the problem's description and the setup time)."""
+        s, loss, comm, xp = self.settings, self.loss, self.comm, self.xp
+        resumed_at = self.iteration
+        if self.log is not None and (self.status == "converged" or resumed_at >= s.max_iter):
+            self.log.note(f"resumed at iteration {resumed_at} "
+                          f"({'converged' if self.status == 'converged' else 'max_iter'}), nothing left to do")
+        loss.factorize(self.rho)
+        status = "converged" if self.status == "converged" else None
         start = time.perf_counter()
         elapsed_before = self.history["time"][-1] if self.history["time"] else 0.0
+        signals = SignalFlags(self.checkpointer is not None)
         try:
-            while status == "max_iter" and self.iteration < s.max_iter:
-                self.iteration += 1
-                iteration, rho = self.iteration, self.rho
-                tick = time.perf_counter()
-                if loss.active:
-                    smallest = min(self.previous_residuals)
-                    tolerance = max(s.x_tol_min, s.x_tol_factor * smallest) \
-                        if loss.iterative and math.isfinite(smallest) else None
-                    x = loss.prox(z - u, tolerance)
-                    x_relaxed = z + s.alpha * (x - z)
-                    xp.add(x_relaxed, u, out=sums)
-                else:
-                    sums[...] = 0.0
-                tock = time.perf_counter()
-                x_time += tock - tick
-                self.reducer.allreduce(sums, sums)
-                comm_time += time.perf_counter() - tock
-
-                z_previous, u_previous = z, u
-                z = z_plain = self.penalty.prox(sums / count, 1.0 / (count * rho))
-                if loss.active:
-                    u = u + x_relaxed
-                    u -= z
-                    difference = x - z
-                    scalars[0] = float(difference @ difference)
-                    scalars[1] = float(x @ x)
-                    scalars[2] = float(u @ u)
-                else:
-                    x = z
-                    scalars[:3] = 0.0
-                scalars[3], scalars[4] = signals.take()
-                tock = time.perf_counter()
-                self.reducer.allreduce(scalars, scalars)
-                comm_time += time.perf_counter() - tock
-
-                step = z - z_previous
-                z_norm = math.sqrt(float(z @ z))
-                x_norm, u_norm = math.sqrt(float(scalars[1])), math.sqrt(float(scalars[2]))
-                r_norm = math.sqrt(float(scalars[0]))
-                s_norm = rho * math.sqrt(count) * math.sqrt(float(step @ step))
-                eps_pri = sqrt_count_n * s.eps_abs + s.eps_rel * max(x_norm, math.sqrt(count) * z_norm)
-                eps_dual = sqrt_count_n * s.eps_abs + s.eps_rel * rho * u_norm
-                elapsed = elapsed_before + time.perf_counter() - start
-                for key, value in zip(HISTORY, (iteration, r_norm, eps_pri, s_norm, eps_dual, rho, elapsed)):
-                    self.history[key].append(value)
-                self.previous_residuals = (r_norm, s_norm)
-
-                if r_norm <= eps_pri and s_norm <= eps_dual:
-                    status = "converged"
-                elif s.time_limit and elapsed >= s.time_limit:
-                    status = "time_limit"
-                elif scalars[4] > 0:
-                    status = "interrupted"
-                finished = status != "max_iter" or iteration == s.max_iter
-                # The objective costs a pass over the Gram matrix or the rows: evaluated for the log rows
-                # when the log is on (as OSQP does), and always at the end.
-                if finished or (s.verbose and (iteration == 1 or iteration % s.log_every == 0)):
-                    objective = self.objective(z)
-                    self.objective_history["iter"].append(iteration)
-                    self.objective_history["objective"].append(objective)
-                    log.row(iteration, objective, r_norm, eps_pri, s_norm, eps_dual, rho, elapsed)
-
-                if status != "converged":  # also at max_iter, so that a resumed run follows the same path
-                    new_rho = self._adapt_rho(r_norm, s_norm, x_norm, z_norm, u_norm)
-                    if new_rho != rho:
-                        u = u * (rho / new_rho)
-                        self.rho = new_rho
-                        self.rho_changes += 1
-                        loss.factorize(new_rho)
-                        if anderson is not None:
-                            anderson.reset()
-                    elif anderson is not None:
-                        z, u = anderson.step(z_previous, u_previous, z, u)
-                self.z, self.z_plain, self.u, self.x = z, z_plain, u, x
-                self.status = status if status == "converged" else None
-                if self.checkpointer is not None and (finished or scalars[3] > 0 or (
-                        s.checkpoint_every and iteration % s.checkpoint_every == 0)):
-                    self.checkpointer.write(self.state())
+            while status is None and self.iteration < s.max_iter:
+                status, finished = self.iterate(signals, start, elapsed_before)
                 if finished:
                     break
-            z_plain = self.z_plain  # also right when a run resumed at its last iteration does no iteration
-            if not self.objective_history["objective"]:
-                self.objective_history = {"iter": [self.iteration], "objective": [self.objective(z_plain)]}
-            kkt = self.kkt_residual(z_plain)
+            if not self.objective_history["objective"]:  # a run resumed at its end does no iteration
+                self.objective_history = {"iter": [self.iteration], "objective": [self.objective(self.z_plain)]}
+            kkt = self.kkt_residual(self.z_plain)
         finally:
             signals.restore()
-            self.reducer.close()
-
+            if self.owns_reducer:
+                self.reducer.close()
         solve_time = time.perf_counter() - start
-        iterations_here = max(self.iteration - resumed_at, 1)
-        timings = {
-            "setup": setup_time,
-            "solve": solve_time,
-            "per_iteration": solve_time / iterations_here,
-            "x_step": x_time,
-            "communication": comm_time,
-            "total": setup_time + solve_time,
-        }
-        info = dict(info, rho_final=self.rho, rho_changes=self.rho_changes, kkt_residual=kkt,
-                    nonzeros=int(xp.count_nonzero(z_plain)), iterations_run=self.iteration - resumed_at)
+        ran = self.iteration - resumed_at
+        info = {"rho_final": self.rho, "rho_changes": self.rho_changes, "kkt_residual": kkt,
+                "nonzeros": int(xp.count_nonzero(self.z_plain)), "iterations_run": ran}
         if loss.iterative:
             info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
+        timings = {"solve": solve_time, "per_iteration": solve_time / max(ran, 1), "x_step": self.x_time,
+                   "communication": self.comm_time}
         # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own
         # state may have been extrapolated by Anderson acceleration for the next iteration.
-        result = ADMMResult(x=z_plain, objective=self.objective_history["objective"][-1], iterations=self.iteration,
-                            status=status, history=self.history, objective_history=self.objective_history,
-                            timings=timings, info=info)
-        log.footer(result)
-        return result
-
-
-class _SignalFlags:
-    """SIGUSR1 (checkpoint now) and SIGTERM (checkpoint and stop) set flags read once per iteration."""
-
-    def __init__(self, enabled):
-        self.usr1 = self.term = False
-        self.previous = {}
-        if enabled:
-            for number, handler in ((signal.SIGUSR1, self._on_usr1), (signal.SIGTERM, self._on_term)):
-                try:
-                    self.previous[number] = signal.signal(number, handler)
-                except ValueError:  # not the main thread: no signal handling
-                    pass
-
-    def _on_usr1(self, *_):
-        self.usr1 = True
-
-    def _on_term(self, *_):
-        self.term = True
-
-    def take(self):
-        flags = (float(self.usr1), float(self.term))
-        self.usr1 = False
-        return flags
-
-    def restore(self):
-        for number, handler in self.previous.items():
-            signal.signal(number, handler)
+        return ADMMResult(x=self.z_plain, objective=self.objective_history["objective"][-1],
+                          iterations=self.iteration, status=status or "max_iter", history=self.history,
+                          objective_history=self.objective_history, timings=timings, info=info, u=self.u)

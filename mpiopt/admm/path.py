@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from ..collectives import REDUCERS, Reducer, get_reducer
 from ..core.backend import to_host
 from ..core.io import write_json
 from .solver import Problem
@@ -50,11 +51,21 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
     lams = np.sort(np.asarray(lams, dtype=float))[::-1]
     setup_time = time.perf_counter() - start
     results, seconds, previous = [], [], None
-    for lam in lams:
-        tick = time.perf_counter()
-        previous = problem.solve(penalty, float(lam), l1_ratio=l1_ratio, warm_start=previous, **settings)
-        seconds.append(time.perf_counter() - tick)
-        results.append(previous)
+    # One reducer for the whole path (a shared-memory window, a private communicator), not one per weight.
+    reducer = settings.get("reducer", "auto")
+    own = not isinstance(reducer, Reducer) and reducer in REDUCERS  # an unknown name: the solve refuses it
+    if own:
+        reducer = get_reducer(reducer, problem.comm, check=False)
+    try:
+        for lam in lams:
+            tick = time.perf_counter()
+            previous = problem.solve(penalty, float(lam), l1_ratio=l1_ratio, warm_start=previous,
+                                     **dict(settings, reducer=reducer))
+            seconds.append(time.perf_counter() - tick)
+            results.append(previous)
+    finally:
+        if own:
+            reducer.close()
     return PathResult(
         lams=lams, coefs=np.array([to_host(r.x) for r in results]),
         objectives=np.array([r.objective for r in results]), iterations=np.array([r.iterations for r in results]),

@@ -4,14 +4,34 @@ Each penalty provides ``prox(v, step) = argmin_z g(z) + ||z - v||^2 / (2 step)``
 and ``value(z)``; the engine never needs anything else, so adding a penalty does
 not touch it (Parikh and Boyd, Proximal Algorithms, 2014, section 6).
 
-``Unpenalized(penalty, count)`` leaves the last ``count`` coordinates free, which
-is how an intercept is kept out of the penalty.
+A penalty registers itself by name (``register("penalty", name)``) and owns
+what the solver needs to know of it, as skglm's penalties do:
+
+* ``options``: the keyword options its constructor takes (``lam``,
+  ``l1_ratio``, ``groups``, ``lower``, ``upper``); a penalty taking ``lam`` is
+  weighted, and its weight may be given as ``lam_ratio`` times lambda_max when
+  it has one;
+* ``check(options, n_features)``: a message when its options are invalid;
+* ``lambda_max(gradient, options)``: the smallest weight for which every
+  coefficient is 0, from the gradient of the loss at the best null model (None:
+  the penalty has no such weight);
+* ``leaving_free(count)``: the penalty on all but the last ``count``
+  coordinates (``Unpenalized``), which is how an intercept is kept out of it.
+
+A user registers a penalty of their own the same way and uses it by name::
+
+    @register("penalty", "l1_capped")
+    class CappedL1(Penalty):
+        options = ("lam",)
+        ...
+    solve(A_local, b_local, penalty="l1_capped", lam=0.5, comm=comm)
 """
 import hashlib
 import math
 
 import numpy as np
 
+from ..core.registry import register
 from .prox import soft_threshold
 
 
@@ -24,11 +44,43 @@ def _exact(value):
             "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
 
 
+def _is_number(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
 class Penalty:
-    """Base class.  ``xp`` is the array module (numpy or CuPy)."""
+    """Base class, and the penalty "none" (g = 0).  ``xp`` is the array module (numpy or CuPy)."""
 
     name = "none"
     xp = np
+    options = ()
+
+    @classmethod
+    def weighted(cls):
+        return "lam" in cls.options
+
+    @classmethod
+    def has_lambda_max(cls):
+        return cls.lambda_max.__func__ is not Penalty.lambda_max.__func__
+
+    @classmethod
+    def check(cls, options, n_features):
+        """A message when ``options`` (a dict with every option name) do not suit this penalty, else None."""
+        return None
+
+    @classmethod
+    def from_options(cls, options):
+        """The penalty built from the options it takes."""
+        return cls(**{name: options[name] for name in cls.options})
+
+    @classmethod
+    def lambda_max(cls, gradient, options):
+        """The smallest weight for which every coefficient is 0 (None: no such weight)."""
+        return None
+
+    def leaving_free(self, count):
+        """This penalty on all but the last ``count`` coordinates (an unpenalized intercept)."""
+        return Unpenalized(self, count)
 
     def prox(self, v, step):
         return v
@@ -55,10 +107,16 @@ class Penalty:
         return f"{self.name}({items})"
 
 
+@register("penalty", "l1")
 class L1(Penalty):
     """lam ||z||_1: soft-thresholding."""
 
     name = "l1"
+    options = ("lam",)
+
+    @classmethod
+    def lambda_max(cls, gradient, options):
+        return float(np.abs(gradient).max())
 
     def __init__(self, lam):
         self.lam = float(lam)
@@ -73,10 +131,12 @@ class L1(Penalty):
         return {"lam": self.lam}
 
 
+@register("penalty", "l2")
 class L2(Penalty):
     """(lam / 2) ||z||^2 (ridge): a shrinkage by 1 / (1 + lam step)."""
 
     name = "l2"
+    options = ("lam",)
 
     def __init__(self, lam):
         self.lam = float(lam)
@@ -91,10 +151,21 @@ class L2(Penalty):
         return {"lam": self.lam}
 
 
+@register("penalty", "elastic_net")
 class ElasticNet(Penalty):
     """lam (l1_ratio ||z||_1 + (1 - l1_ratio) / 2 ||z||^2), scikit-learn's convention."""
 
     name = "elastic_net"
+    options = ("lam", "l1_ratio")
+
+    @classmethod
+    def check(cls, options, n_features):
+        ratio = options["l1_ratio"]
+        return None if _is_number(ratio) and 0 < ratio <= 1 else f"l1_ratio must be in (0, 1], got {ratio!r}"
+
+    @classmethod
+    def lambda_max(cls, gradient, options):
+        return float(np.abs(gradient).max()) / options["l1_ratio"]
 
     def __init__(self, lam, l1_ratio):
         self.lam, self.l1_ratio = float(lam), float(l1_ratio)
@@ -111,6 +182,7 @@ class ElasticNet(Penalty):
         return {"lam": self.lam, "l1_ratio": self.l1_ratio}
 
 
+@register("penalty", "group_lasso")
 class GroupLasso(Penalty):
     """lam sum_g w_g ||z_g||_2 over disjoint groups (w_g = sqrt(group size)): block soft-thresholding.
 
@@ -119,17 +191,32 @@ class GroupLasso(Penalty):
     """
 
     name = "group_lasso"
+    options = ("lam", "groups")
+
+    @classmethod
+    def check(cls, options, n_features):
+        if options["groups"] is None or np.shape(options["groups"]) != (n_features,):
+            return f"groups must give a group label for each of the {n_features} columns"
+        return None
 
     def __init__(self, lam, groups):
         self.lam = float(lam)
-        self.groups = np.asarray(groups, dtype=np.int64)
+        self.groups = np.asarray(groups, dtype=np.int64)  # the labels stay on the host (fingerprint, settings)
         labels = np.unique(self.groups[self.groups >= 0])
         self.members = [np.flatnonzero(self.groups == label) for label in labels]
         self.weights = [math.sqrt(len(index)) for index in self.members]
+        self._indices = {}
+
+    def _members(self):
+        """The index arrays of the groups in the array module ``xp`` of the iterates (copied once)."""
+        xp = self.xp
+        if xp not in self._indices:
+            self._indices[xp] = [xp.asarray(index) for index in self.members]
+        return self._indices[xp]
 
     def prox(self, v, step):
         z = v.copy()
-        for index, weight in zip(self.members, self.weights):
+        for index, weight in zip(self._members(), self.weights):
             block = v[index]
             norm = float(self.xp.sqrt(block @ block))
             threshold = self.lam * weight * step
@@ -138,7 +225,7 @@ class GroupLasso(Penalty):
 
     def value(self, z):
         return self.lam * sum(weight * float(self.xp.sqrt(z[index] @ z[index]))
-                              for index, weight in zip(self.members, self.weights))
+                              for index, weight in zip(self._members(), self.weights))
 
     def settings(self):
         return {"lam": self.lam, "groups": len(self.members)}
@@ -147,10 +234,12 @@ class GroupLasso(Penalty):
         return {"lam": self.lam, "groups": self.groups}
 
 
+@register("penalty", "box")
 class Box(Penalty):
     """The indicator of lower <= z <= upper (scalars or arrays): a projection."""
 
     name = "box"
+    options = ("lower", "upper")
 
     def __init__(self, lower=-np.inf, upper=np.inf):
         self.lower, self.upper = lower, upper
@@ -170,10 +259,12 @@ class Box(Penalty):
         return {"lower": self.lower, "upper": self.upper}
 
 
+@register("penalty", "nonnegative")
 class NonNegative(Box):
     """The indicator of z >= 0."""
 
     name = "nonnegative"
+    options = ()
 
     def __init__(self):
         super().__init__(0.0, np.inf)
@@ -206,3 +297,6 @@ class Unpenalized(Penalty):
 
     def parameters(self):
         return dict(self.penalty.parameters(), unpenalized_last=self.count)
+
+
+register("penalty", "none", Penalty)

@@ -1,38 +1,33 @@
-"""The result of an ADMM solve: a plain object a user can print, save as JSON and compare."""
+"""The result of an ADMM solve, on the core's Result: x, the objective, the iterations and their history."""
 import dataclasses
 
 from ..core.backend import to_host
 from ..core.io import write_json
+from ..core.result import Result, not_in_json
 
 
 @dataclasses.dataclass
-class ADMMResult:
+class ADMMResult(Result):
+    # status: "converged", "max_iter", "time_limit" or "interrupted" (SIGTERM; a checkpoint was written)
+    # history: per-iteration columns iter, r_norm, eps_pri, s_norm, eps_dual, rho, time
+    # timings: seconds setup, solve, per_iteration, x_step, communication, total
+    # info: the problem (rows, n, ranks, lam, lambda_max, ...), the settings, rho_final, kkt_residual, nonzeros
     x: object                 # the consensus solution z (numpy or CuPy), the same on every rank
     objective: float          # global objective at x, summed over all ranks
     iterations: int
-    status: str               # "converged", "max_iter" or "time_limit"
-    history: dict             # per-iteration columns: iter, r_norm, eps_pri, s_norm, eps_dual, rho, time
     objective_history: dict   # {"iter": [...], "objective": [...]} at the logged iterations
-    timings: dict             # seconds: setup, solve, per_iteration, x_step, communication, total
-    info: dict                # problem description: rows, n, ranks, lam, lambda_max, settings, ...
-    u: object = None          # this rank's scaled dual variable (for warm starts; not saved in JSON)
+    u: object = not_in_json()  # this rank's scaled dual variable (for warm starts)
 
     @property
     def converged(self):
         return self.status == "converged"
 
     def to_dict(self, include_x=True):
-        payload = {
-            "status": self.status,
-            "objective": self.objective,
-            "iterations": self.iterations,
-            "timings": self.timings,
-            "info": self.info,
-            "history": self.history,
-            "objective_history": self.objective_history,
-        }
+        payload = super().to_dict()
         if include_x:
             payload["x"] = to_host(self.x).tolist()
+        else:
+            payload.pop("x")
         return payload
 
     def save_json(self, path, include_x=True):

@@ -1,18 +1,21 @@
 """Solver settings for consensus ADMM, validated once (the OSQP/SCS pattern).
 
-Defaults live here and nowhere else.  Unknown settings are rejected by name.
+Defaults live here and nowhere else.  Unknown settings are rejected by name
+(mpiopt.core.settings.Settings).
 """
 import dataclasses
-import math
 
-from ..collectives import REDUCERS
+from ..collectives import REDUCERS, Reducer
+from ..core.settings import Settings, is_integer, is_number
 from ..core.threads import threads_problem
 
 ADAPTIVE_RHO = ("none", "osqp", "balance")
 
 
 @dataclasses.dataclass(frozen=True)
-class ADMMSettings:
+class ADMMSettings(Settings):
+    label = "ADMM"
+
     rho: float = None         # initial penalty parameter; None: from the data scale (mean Hessian diagonal)
     alpha: float = 1.6        # over-relaxation, in (0, 2); 1 means none
     eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
@@ -21,7 +24,7 @@ class ADMMSettings:
     time_limit: float = 0.0   # seconds for the iterations; 0 means none
     verbose: bool = False     # iteration log on rank 0
     log_every: int = 25       # with verbose, log (and evaluate the objective) every this many iterations
-    reducer: str = "auto"     # all-reduce of the z-step: see mpiopt.collectives.get_reducer
+    reducer: str = "auto"     # all-reduce of the z-step: a registered name or a Reducer (mpiopt.collectives)
     adaptive_rho: str = "osqp"          # "none", "osqp" (rho * sqrt(primal/dual relative residuals)), "balance"
     adaptive_rho_interval: int = 5      # check every this many iterations
     adaptive_rho_tolerance: float = 2.0  # adopt only a change by more than this factor
@@ -33,25 +36,10 @@ class ADMMSettings:
     blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a
                                 # node and no OMP/OPENBLAS/MKL_NUM_THREADS is set; 0: leave them (core/threads.py)
 
-    @classmethod
-    def from_kwargs(cls, **settings):
-        """Build settings from keyword arguments, naming any unknown one."""
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(settings) - known)
-        if unknown:
-            raise TypeError(f"unknown ADMM setting(s) {', '.join(map(repr, unknown))}; "
-                            f"valid settings are {', '.join(sorted(known))}")
-        return cls(**settings)
-
-    def problem(self):
-        """Return a message describing the first invalid value, or None."""
-        def number(value):
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-        def integer(value):
-            return isinstance(value, int) and not isinstance(value, bool)
-
-        checks = [
+    def checks(self):
+        """(ok, message) pairs; the first failing one is reported (see mpiopt.core.settings)."""
+        number, integer = is_number, is_integer
+        return [
             (self.rho is None or (number(self.rho) and self.rho > 0),
              f"rho must be a finite number > 0, got {self.rho!r}"),
             (number(self.alpha) and 0 < self.alpha < 2, f"alpha must be in (0, 2), got {self.alpha!r}"),
@@ -60,7 +48,8 @@ class ADMMSettings:
             (integer(self.max_iter) and self.max_iter >= 1, f"max_iter must be an integer >= 1, got {self.max_iter!r}"),
             (number(self.time_limit) and self.time_limit >= 0, f"time_limit must be >= 0, got {self.time_limit!r}"),
             (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
-            (self.reducer in REDUCERS, f"reducer must be one of {', '.join(REDUCERS)}, got {self.reducer!r}"),
+            (isinstance(self.reducer, Reducer) or self.reducer in REDUCERS,
+             lambda: f"reducer must be one of {', '.join(REDUCERS)} or a Reducer, got {self.reducer!r}"),
             (self.adaptive_rho in ADAPTIVE_RHO,
              f"adaptive_rho must be one of {', '.join(ADAPTIVE_RHO)}, got {self.adaptive_rho!r}"),
             (integer(self.adaptive_rho_interval) and self.adaptive_rho_interval >= 1,
@@ -74,9 +63,12 @@ class ADMMSettings:
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
              f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
-            (threads_problem(self.blas_threads) is None, threads_problem(self.blas_threads)),
+            (threads_problem(self.blas_threads) is None, lambda: threads_problem(self.blas_threads)),
         ]
-        return next((message for ok, message in checks if not ok), None)
 
     def as_dict(self):
-        return dataclasses.asdict(self)
+        """The settings as plain values (a Reducer instance by its name)."""
+        values = super().as_dict()
+        if isinstance(self.reducer, Reducer):
+            values["reducer"] = self.reducer.name
+        return values

@@ -2,11 +2,13 @@
 
     result = solve(A_local, b_local, loss="logistic", penalty="l1", lam_ratio=0.05, intercept=True, comm=comm)
 
-Losses (``loss=``): ``squared`` (lasso, ridge, elastic net), ``logistic``
-(labels in {-1, 1} or {0, 1}), ``huber`` (robust regression, ``delta``).
-Penalties (``penalty=``): ``l1``, ``l2``, ``elastic_net`` (``l1_ratio``),
-``group_lasso`` (``groups``), ``nonnegative``, ``box`` (``lower``, ``upper``),
-``none``, or a :mod:`mpiopt.admm.penalties` object.  ``intercept=True`` appends
+Losses (``loss=``) and penalties (``penalty=``) are looked up by name in the
+registry (mpiopt.core.registry), where each registers itself: today ``squared``
+(lasso, ridge, elastic net), ``logistic`` (labels in {-1, 1} or {0, 1}),
+``huber`` (robust regression, ``delta``); ``l1``, ``l2``, ``elastic_net``
+(``l1_ratio``), ``group_lasso`` (``groups``), ``nonnegative``, ``box``
+(``lower``, ``upper``), ``none``, and whatever a user registers; a
+:mod:`mpiopt.admm.penalties` object is accepted too.  ``intercept=True`` appends
 an unpenalized column of ones.  A (m_i x n) may be dense (numpy; CuPy for the
 squared loss) or scipy.sparse CSR/CSC.  Validation is collective: every rank
 raises the same CollectiveError naming the offending ranks.
@@ -20,18 +22,17 @@ from mpi4py import MPI
 from .. import __version__
 from ..core import backend
 from ..core.comm import check_collectively, first_problem, resolve_comm
+from ..core.registry import lookup, names, unknown
 from ..core.threads import blas_threads as blas_threads_for
 from ..core.threads import plan_blas_threads, threads_problem
+from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
-from .checkpoint import Checkpointer
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
-from .losses import HuberLossShard, LogisticLossShard, SquaredLossShard
+from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
 
-LOSSES = ("squared", "logistic", "huber")
-PENALTIES = ("l1", "l2", "elastic_net", "group_lasso", "nonnegative", "box", "none")
-LAMBDA_MAX_PENALTIES = ("l1", "elastic_net")
+PENALTY_OPTIONS = ("lam", "l1_ratio", "groups", "lower", "upper")
 
 
 def _is_number(value):
@@ -85,83 +86,41 @@ def _finite_message(name, array, xp):
     return f"{name} has values so large that their sums overflow; rescale the data"
 
 
-def _label_problem(y, xp):
-    values = set(numpy.unique(backend.to_host(y)).tolist())
-    if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
-        shown = sorted(values)[:5]
-        return f"labels must be in {{-1, 1}} or {{0, 1}}, got values {shown}"
-    return None
-
-
-def make_penalty(penalty, lam, l1_ratio, groups, lower, upper, n_features):
-    """A Penalty object from a name and its parameters (objects pass through)."""
-    if isinstance(penalty, penalty_classes.Penalty):
-        return penalty
-    if penalty == "l1":
-        return penalty_classes.L1(lam)
-    if penalty == "l2":
-        return penalty_classes.L2(lam)
-    if penalty == "elastic_net":
-        return penalty_classes.ElasticNet(lam, l1_ratio)
-    if penalty == "group_lasso":
-        return penalty_classes.GroupLasso(lam, groups)
-    if penalty == "nonnegative":
-        return penalty_classes.NonNegative()
-    if penalty == "box":
-        return penalty_classes.Box(lower, upper)
-    return penalty_classes.Penalty()
-
-
-def _penalty_problem(penalty, lam, lam_ratio, l1_ratio, groups, n_features):
+def penalty_problem(penalty, options, lam_ratio, n_features):
+    """The first problem with the penalty and its options, or None (the penalty's own checks included)."""
     if isinstance(penalty, penalty_classes.Penalty):
         return None
-    if penalty not in PENALTIES:
-        return f"penalty must be one of {', '.join(PENALTIES)} or a Penalty object, got {penalty!r}"
-    if penalty in ("l1", "l2", "elastic_net", "group_lasso"):
+    if unknown("penalty", penalty):
+        return unknown("penalty", penalty) + " (or a Penalty object)"
+    kind = lookup("penalty", penalty)
+    if kind.weighted():
+        lam = options["lam"]
         if (lam is None) == (lam_ratio is None):
             return "give exactly one of lam and lam_ratio"
-        if lam_ratio is not None and penalty not in LAMBDA_MAX_PENALTIES:
-            return f"lam_ratio needs penalty l1 or elastic_net (they have a lambda_max); give lam for {penalty}"
+        if lam_ratio is not None and not kind.has_lambda_max():
+            having = [name for name in names("penalty") if lookup("penalty", name).has_lambda_max()]
+            return (f"lam_ratio needs penalty {' or '.join(having)} (they have a lambda_max); "
+                    f"give lam for {penalty}")
         name, value = ("lam", lam) if lam is not None else ("lam_ratio", lam_ratio)
         if not _is_number(value) or not value >= 0 or value == float("inf"):
             return f"{name} must be a finite number >= 0, got {value!r}"
-    if penalty == "elastic_net" and not (_is_number(l1_ratio) and 0 < l1_ratio <= 1):
-        return f"l1_ratio must be in (0, 1], got {l1_ratio!r}"
-    if penalty == "group_lasso" and (groups is None or numpy.shape(groups) != (n_features,)):
-        return f"groups must give a group label for each of the {n_features} columns"
-    return None
+    return kind.check(options, n_features)
 
 
-def _null_intercept(loss_name, b, comm, delta):
-    """The intercept that minimises the loss when every coefficient is 0 (global)."""
-    count = comm.allreduce(int(b.shape[0]))
-    if loss_name == "squared":
-        return comm.allreduce(float(b.sum())) / count
-    if loss_name == "logistic":
-        positive = comm.allreduce(int((b > 0).sum())) / count
-        positive = min(max(positive, 1e-12), 1 - 1e-12)
-        return float(numpy.log(positive / (1 - positive)))
-    low = comm.allreduce(float(b.min()) if b.size else numpy.inf, op=MPI.MIN)
-    high = comm.allreduce(float(b.max()) if b.size else -numpy.inf, op=MPI.MAX)
-    for _ in range(100):  # bisection on the (monotone) derivative sum_j psi(c - b_j)
-        middle = 0.5 * (low + high)
-        slope = comm.allreduce(float(numpy.clip(middle - b, -delta, delta).sum()))
-        low, high = (middle, high) if slope < 0 else (low, middle)
-    return 0.5 * (low + high)
+def lambda_max(shard, penalty_kind, options, intercept, targets, loss_options, comm):
+    """The smallest weight of ``penalty_kind`` for which every coefficient is 0 (None when it has none).
 
-
-def lambda_max(loss, penalty, intercept, b, comm, delta=1.0):
-    """The smallest weight of an L1 or elastic-net penalty for which every coefficient is 0."""
-    xp = loss.xp
-    x0 = xp.zeros(loss.n)
+    The gradient of the loss, summed over ranks, at the best model with every
+    coefficient 0 (and the best intercept, when there is one) decides it.
+    """
+    xp = shard.xp
+    x0 = xp.zeros(shard.n)
     if intercept:
-        x0[-1] = _null_intercept(loss.name, b, comm, delta)
-    gradient = backend.to_host(loss.gradient(x0) if loss.active else xp.zeros(loss.n))
+        x0[-1] = type(shard).null_intercept(targets, comm, loss_options)
+    gradient = backend.to_host(shard.gradient(x0) if shard.active else xp.zeros(shard.n))
     gradient = numpy.array(gradient, dtype=float)
     comm.Allreduce(MPI.IN_PLACE, gradient, op=MPI.SUM)
-    features = gradient[:loss.n - int(intercept)]
-    largest = float(numpy.abs(features).max())
-    return largest / penalty.l1_ratio if isinstance(penalty, penalty_classes.ElasticNet) else largest
+    return penalty_kind.lambda_max(gradient[:shard.n - int(intercept)], options)
 
 
 def _checksum(A, b):
@@ -186,54 +145,43 @@ class Problem:
         self.comm = comm = resolve_comm(comm)
         self.xp = xp = backend.get_array_module(A_local, b_local)
         self.n_features = A_local.shape[1] if getattr(A_local, "ndim", None) == 2 else None
-        problem = None if loss in LOSSES else f"loss must be one of {', '.join(LOSSES)}, got {loss!r}"
-        problem = problem or data_problem(A_local, b_local, xp, "y_local" if loss == "logistic" else "b_local")
-        if problem is None and loss == "logistic":
-            problem = _label_problem(b_local, xp)
-        if problem is None and loss == "huber" and not (_is_number(delta) and delta > 0):
-            problem = f"delta must be > 0, got {delta!r}"
-        if problem is None and x_solver not in ("lbfgs", "newton"):
-            problem = f"x_solver must be lbfgs or newton, got {x_solver!r}"
-        problem = problem or threads_problem(blas_threads)
+        self.loss_options = {"delta": delta, "x_solver": x_solver}
+        problem = unknown("loss", loss)
+        kind = None if problem else lookup("loss", loss)
+        problem = problem or data_problem(A_local, b_local, xp, kind.target_name)
+        problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
         check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept), "delta": delta,
                                            "n": self.n_features if problem is None else None,
                                            "blas_threads": blas_threads})
         self.blas_threads = blas_threads
         with blas_threads_for(plan_blas_threads(blas_threads, comm)):
-            self._setup(A_local, b_local, loss, intercept, delta, x_solver, xp)
+            self._setup(A_local, b_local, kind, intercept, xp)
         self.setup_time = time.perf_counter() - start
 
-    def _setup(self, A_local, b_local, loss, intercept, delta, x_solver, xp):
+    def _setup(self, A_local, b_local, kind, intercept, xp):
         """Copy the shard, build the loss shard (the Gram matrix or factorization), check that some rank has rows."""
         comm = self.comm
         if is_sparse(A_local):
             A = A_local.astype(numpy.float64)
         else:
             A = xp.ascontiguousarray(A_local, dtype=xp.float64)
-        b = xp.ascontiguousarray(b_local, dtype=xp.float64)
-        if loss == "logistic":
-            b = xp.where(b > 0, 1.0, -1.0)
-        self.loss, self.intercept, self.delta, self.x_solver, self.b = loss, bool(intercept), delta, x_solver, b
-        design = Design(A, intercept, xp)
-        if loss == "squared":
-            self.shard = SquaredLossShard(design, b, xp)
-        elif loss == "logistic":
-            self.shard = LogisticLossShard(design, b, xp, x_solver=x_solver)
-        else:
-            self.shard = HuberLossShard(design, b, xp, delta=delta, x_solver=x_solver)
+        b = kind.prepare_targets(xp.ascontiguousarray(b_local, dtype=xp.float64), xp)
+        self.loss, self.intercept, self.b = kind.name, bool(intercept), b
+        self.delta, self.x_solver = self.loss_options["delta"], self.loss_options["x_solver"]
+        self.shard = kind(Design(A, intercept, xp), b, xp, **{name: self.loss_options[name] for name in kind.options})
         shards = comm.allgather((self.shard.rows, self.shard.kind))
         self.total_rows = sum(rows for rows, _ in shards)
-        self.kinds = [kind for _, kind in shards]
+        self.kinds = [shard_kind for _, shard_kind in shards]
         check_collectively(comm, "no rank holds any rows of A" if self.total_rows == 0 and comm.rank == 0 else None)
         self._data = (A_local, b_local)  # for the checksum of a checkpoint, computed only when asked
         self._lambda_max = {}
 
     def lambda_max(self, penalty="l1", l1_ratio=0.5):
-        """The smallest weight of ``penalty`` (l1 or elastic_net) for which every coefficient is 0."""
+        """The smallest weight of ``penalty`` for which every coefficient is 0 (None when it has none)."""
         key = (penalty, l1_ratio)
         if key not in self._lambda_max:
-            probe = make_penalty(penalty, 1.0, l1_ratio, None, None, None, self.n_features)
-            self._lambda_max[key] = lambda_max(self.shard, probe, self.intercept, self.b, self.comm, self.delta)
+            self._lambda_max[key] = lambda_max(self.shard, lookup("penalty", penalty), {"l1_ratio": l1_ratio},
+                                               self.intercept, self.b, self.loss_options, self.comm)
         return self._lambda_max[key]
 
     def solve(self, penalty="l1", lam=None, *, lam_ratio=None, l1_ratio=0.5, groups=None, lower=-numpy.inf,
@@ -245,77 +193,62 @@ class Problem:
         start = time.perf_counter()
         comm = self.comm
         settings.setdefault("blas_threads", self.blas_threads)
-        try:
-            options = ADMMSettings.from_kwargs(**settings)
-            problem = options.problem()
-        except TypeError as error:
-            options, problem = None, str(error)
-        problem = problem or _penalty_problem(penalty, lam, lam_ratio, l1_ratio, groups, self.n_features)
-        agree = {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__, "lam": lam,
-                 "lam_ratio": lam_ratio, "settings": options.as_dict() if options else None}
-        check_collectively(comm, problem, agree)
-        threads = plan_blas_threads(options.blas_threads, comm)
+        options = dict(lam=lam, l1_ratio=l1_ratio, groups=groups, lower=lower, upper=upper)
+        settings_object = ADMMSettings.collective(
+            comm, penalty_problem(penalty, options, lam_ratio, self.n_features),
+            {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__, "lam": lam,
+             "lam_ratio": lam_ratio}, **settings)
+        threads = plan_blas_threads(settings_object.blas_threads, comm)
         with blas_threads_for(threads):
-            return self._solve(options, threads, start, penalty, lam, lam_ratio, l1_ratio, groups, lower, upper,
-                               warm_start)
+            return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start)
 
-    def _solve(self, options, threads, start, penalty, lam, lam_ratio, l1_ratio, groups, lower, upper, warm_start):
+    def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm_start):
         comm, xp, shard = self.comm, self.xp, self.shard
-        lam_value, largest = lam, None
-        if penalty in LAMBDA_MAX_PENALTIES:
-            largest = self.lambda_max(penalty, l1_ratio)
+        if isinstance(penalty, penalty_classes.Penalty):
+            penalty_object, largest = penalty, None
+        else:
+            kind = lookup("penalty", penalty)
+            largest = self.lambda_max(penalty, options["l1_ratio"]) if kind.has_lambda_max() else None
             if lam_ratio is not None:
-                lam_value = lam_ratio * largest
-        penalty_object = make_penalty(penalty, lam_value, l1_ratio, groups, lower, upper, self.n_features)
+                options = dict(options, lam=lam_ratio * largest)
+            penalty_object = kind.from_options(options)
         penalty_object.xp = xp
-        engine_penalty = penalty_classes.Unpenalized(penalty_object) if self.intercept else penalty_object
-        engine = ConsensusADMM(shard, engine_penalty, options, comm, xp)
+        engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
+        log = admm_log(settings.verbose and comm.rank == 0)
+        engine = ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log)
         if warm_start is not None:
             engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))
-        resumed = False
-        if options.checkpoint:
-            engine.checkpointer = Checkpointer(options.checkpoint, comm, self.fingerprint(engine_penalty))
-            resumed = engine.checkpointer.restore(engine)
+        resumed = engine.use_checkpoint(settings.checkpoint, self.fingerprint(engine_penalty)) \
+            if settings.checkpoint else False
         setup_time = time.perf_counter() - start + (self.setup_time if warm_start is None else 0.0)
 
-        kinds, loss = self.kinds, self.loss
+        kinds, lam_value = self.kinds, options["lam"]
         info = {
-            "problem": f"{loss} + {engine_penalty.describe()}", "loss": loss, "penalty": penalty_object.name,
+            "problem": f"{self.loss} + {engine_penalty.describe()}", "loss": self.loss, "penalty": penalty_object.name,
             "rows": self.total_rows, "n": shard.n, "features": self.n_features, "intercept": self.intercept,
             "ranks": comm.size, "active_ranks": engine.active_ranks,
             "shards": {k: kinds.count(k) for k in ("tall", "wide", "empty")},
             "lam": lam_value, "lambda_max": largest,
             "lam_ratio": lam_value / largest if largest and lam_value is not None else None,
-            "rho_initial": engine.rho, "resumed_at": engine.iteration,
+            "rho_initial": engine.rho, "resumed_at": engine.iteration, "reducer": engine.reducer.name,
             "blas_threads": threads.threads, "blas_threads_reason": threads.reason,
-            "settings": options.as_dict(), "backend": xp.__name__, "version": __version__,
+            "settings": settings.as_dict(), "backend": xp.__name__, "version": __version__,
         }
-        lam_text = "" if lam_value is None else f", lam = {lam_value:.4e}" + (
-            f" ({lam_ratio:g} x lambda_max = {largest:.4e})" if lam_ratio is not None else "")
-        rho_source = "from the checkpoint" if resumed else "given" if options.rho else "from the data scale"
-        banner = [
-            f"problem:  {loss} loss + {engine_penalty.describe()}",
-            f"          rows m = {self.total_rows}, variables n = {shard.n}"
-            + (" (with intercept)" if self.intercept else "") + f", ranks = {comm.size} "
-            f"({engine.active_ranks} with rows){lam_text}",
-            f"shards:   tall {kinds.count('tall')}, wide {kinds.count('wide')}, empty {kinds.count('empty')}; "
-            f"x-step: {getattr(shard, 'method', None) or self.x_solver}",
-            f"threads:  {threads.describe()}",
-            f"settings: rho = {engine.rho:.3e} ({rho_source}), "
-            f"adaptive rho {options.adaptive_rho}, alpha = {options.alpha:.2f}, eps_abs = {options.eps_abs:.1e}, "
-            f"eps_rel = {options.eps_rel:.1e},",
-            f"          max_iter = {options.max_iter}, reducer = {options.reducer}",
-            f"setup:    {setup_time:.3f} s" + (f"; resumed from {options.checkpoint} at iteration {engine.iteration}"
-                                               if resumed else ""),
-        ]
-        result = engine.solve(setup_time, info, banner, f"mpiopt {__version__}: consensus ADMM")
-        result.u = engine.u
+        rho_source = "from the checkpoint" if resumed else "given" if settings.rho else "from the data scale"
+        log.banner(f"mpiopt {__version__}: consensus ADMM", banner_lines(
+            info, settings, engine_penalty, lam_ratio, kinds, getattr(shard, "method", None) or self.x_solver,
+            threads, rho_source, setup_time, settings.checkpoint if resumed else None))
+        result = engine.solve()
+        result.info = dict(info, **result.info)
+        result.timings = dict(setup=setup_time, **result.timings, total=setup_time + result.timings["solve"])
+        log.footer(footer_lines(result))
         return result
 
     def fingerprint(self, penalty):
         """What pins this rank's problem down exactly, for checkpoints (see checkpoint.py)."""
+        kind = lookup("loss", self.loss)
         return {"rows": self.shard.rows, "n": self.shard.n, "loss": self.loss,
-                "loss_parameters": {"delta": float(self.delta)} if self.loss == "huber" else {},
+                "loss_parameters": {name: self.loss_options[name] for name in kind.options if name != "x_solver"},
                 "intercept": self.intercept, "penalty": penalty.fingerprint(), "checksum": _checksum(*self._data)}
 
 

@@ -23,12 +23,14 @@ user's own ``--checkpoint VALUE`` is passed as given.
 import re
 import shlex
 
-WORKLOADS = {
-    "solve": ["-m", "mpiopt", "solve"],
-    "lasso": ["-m", "mpiopt", "lasso"],
-    "admm-benchmark": ["benchmarks/admm_lasso.py"],
-    "allreduce-benchmark": ["benchmarks/allreduce.py"],
-}
+from ..core.registry import lookup, names, register, unknown
+
+# Each workload registers the Python arguments that run it (mpiopt.core.registry, kind "workload").
+for _name, _argv in (("solve", ["-m", "mpiopt", "solve"]), ("lasso", ["-m", "mpiopt", "lasso"]),
+                     ("admm-benchmark", ["benchmarks/admm_lasso.py"]),
+                     ("allreduce-benchmark", ["benchmarks/allreduce.py"])):
+    register("workload", _name, _argv)
+WORKLOADS = names("workload")  # the names registered here; a later registration is found through the registry
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 TIME = re.compile(r"(\d+-)?\d{1,2}(:\d{2}){0,2}")
 
@@ -42,8 +44,8 @@ def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_t
                   python="python3", launcher="srun", signal_seconds=None, checkpoint=True, workdir=None,
                   partition=None):
     """The text of a batch script that runs ``workload`` with ``arguments`` (a list of strings)."""
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    if unknown("workload", workload):
+        raise ValueError(unknown("workload", workload))
     job_name = job_name or f"mpiopt-{workload}"
     if not NAME.fullmatch(job_name):
         raise ValueError(f"job name {job_name!r}: use 1-64 letters, digits, '_', '.' or '-'")
@@ -61,7 +63,7 @@ def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_t
                                                       for a in arguments):
         arguments += ["--checkpoint", SCRIPT_CHECKPOINT]
     quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
-    command = " ".join(shlex.quote(part) for part in WORKLOADS[workload])
+    command = " ".join(shlex.quote(part) for part in lookup("workload", workload))
     if launcher == "srun":
         launch = f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'
     else:

@@ -12,13 +12,35 @@ A loss shard provides:
 * ``state()`` / ``restore(state)``: arrays an iterative x-step warm-starts from,
   for checkpoints.
 
-The engine only calls these, so a new loss never touches it.
+The engine only calls these, so a new loss never touches it.  The solver also
+asks a loss class, registered by name (``register("loss", name)``), for:
+
+* ``options``: the keyword options its constructor takes (``delta``, ``x_solver``);
+* ``check(targets, options)``: a message when the targets or options do not suit it;
+* ``prepare_targets(b, xp)``: the targets it works with (labels as +-1, say);
+* ``null_intercept(targets, comm, options)``: the intercept that minimizes the
+  loss when every coefficient is 0 (for lambda_max with an intercept);
+* ``gradient(x)``: its gradient (for lambda_max and the KKT residual).
 """
 
 
 class LossShard:
     name = "loss"
     iterative = False  # True when prox solves iteratively (inexact x-steps)
+    options = ()
+    target_name = "b_local"  # in error messages
+
+    @classmethod
+    def check(cls, targets, options):
+        return None
+
+    @classmethod
+    def prepare_targets(cls, b, xp):
+        return b
+
+    @classmethod
+    def null_intercept(cls, targets, comm, options):
+        raise NotImplementedError(f"the {cls.name} loss has no null intercept; lambda_max with an intercept needs one")
 
     def __init__(self, design, xp):
         self.design, self.xp = design, xp

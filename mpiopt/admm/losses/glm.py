@@ -12,20 +12,24 @@ iterations are cheap and the last ones exact; Boyd et al. 2011, section 4.3):
   few iterations, best when n is small.
 """
 import numpy as np
+from mpi4py import MPI
 
 from ...core import backend
+from ...core.registry import lookup, register, unknown
 from .base import LossShard
-
-X_SOLVERS = ("lbfgs", "newton")
 
 
 class GLMLossShard(LossShard):
     iterative = True
+    options = ("x_solver",)
+
+    @classmethod
+    def check(cls, targets, options):
+        return unknown("x_solver", options["x_solver"])
 
     def __init__(self, design, targets, xp, x_solver="lbfgs"):
         super().__init__(design, xp)
-        if x_solver not in X_SOLVERS:
-            raise ValueError(f"x_solver must be one of {', '.join(X_SOLVERS)}, got {x_solver!r}")
+        self.solve_x_step = lookup("x_solver", x_solver)
         self.targets = targets
         self.x_solver = x_solver
         self._x = xp.zeros(self.n)
@@ -43,15 +47,11 @@ class GLMLossShard(LossShard):
     def gradient(self, x):
         return self.design.rmatvec(self.terms(self.design.matvec(x))[1])
 
-    def gradient_at_zero(self):
-        return self.gradient(self.xp.zeros(self.n))
-
     def prox(self, v, tolerance=None):
         """The x-step to gradient norm ``tolerance``; None (the first iteration): 1e-3 of the starting gradient."""
         if tolerance is None:
             tolerance = 1e-3 * float(self.xp.abs(self._subproblem(self._x, v)[1]).max())
-        solve = self._newton if self.x_solver == "newton" else self._lbfgs
-        self._x = solve(v, self._x, tolerance)
+        self._x = self.solve_x_step(self, v, self._x, tolerance)
         return self._x
 
     def _subproblem(self, x, v):
@@ -60,35 +60,6 @@ class GLMLossShard(LossShard):
         difference = x - v
         value = float(total) + 0.5 * self.rho * float(difference @ difference)
         return value, self.design.rmatvec(first) + self.rho * difference
-
-    def _lbfgs(self, v, x, tolerance):
-        import scipy.optimize
-        result = scipy.optimize.minimize(self._subproblem, x, args=(v,), jac=True, method="L-BFGS-B",
-                                         options={"gtol": tolerance, "ftol": 0.0, "maxiter": 10000, "maxcor": 20})
-        self.inner_iterations += result.nit
-        return result.x
-
-    def _newton(self, v, x, tolerance, max_iter=100):
-        xp = self.xp
-        value, gradient = self._subproblem(x, v)
-        for _ in range(max_iter):
-            if float(xp.abs(gradient).max()) <= tolerance:
-                break
-            _, _, second = self.terms(self.design.matvec(x))
-            hessian = self.design.gram(weights=second)
-            hessian[xp.diag_indices_from(hessian)] += self.rho
-            step = backend.cholesky_solve(xp, backend.cholesky(xp, hessian), gradient)
-            decrease = float(gradient @ step)
-            scale = 1.0
-            while True:
-                candidate = x - scale * step
-                candidate_value, candidate_gradient = self._subproblem(candidate, v)
-                if candidate_value <= value - 1e-4 * scale * decrease or scale < 1e-10:
-                    break
-                scale *= 0.5
-            x, value, gradient = candidate, candidate_value, candidate_gradient
-            self.inner_iterations += 1
-        return x
 
     def state(self):
         return {"x": self._x}
@@ -100,11 +71,67 @@ class GLMLossShard(LossShard):
                 raise ValueError(f"the x-step warm start has shape {self._x.shape}, expected ({self.n},)")
 
 
+@register("x_solver", "lbfgs")
+def lbfgs_x_step(shard, v, x, tolerance):
+    """scipy's L-BFGS-B on the x-step's objective from the warm start x, to gradient norm ``tolerance``."""
+    import scipy.optimize
+    result = scipy.optimize.minimize(shard._subproblem, x, args=(v,), jac=True, method="L-BFGS-B",
+                                     options={"gtol": tolerance, "ftol": 0.0, "maxiter": 10000, "maxcor": 20})
+    shard.inner_iterations += result.nit
+    return result.x
+
+
+@register("x_solver", "newton")
+def newton_x_step(shard, v, x, tolerance, max_iter=100):
+    """Damped Newton with an Armijo line search on the exact Hessian A^T diag(phi'') A + rho I."""
+    xp = shard.xp
+    value, gradient = shard._subproblem(x, v)
+    for _ in range(max_iter):
+        if float(xp.abs(gradient).max()) <= tolerance:
+            break
+        _, _, second = shard.terms(shard.design.matvec(x))
+        hessian = shard.design.gram(weights=second)
+        hessian[xp.diag_indices_from(hessian)] += shard.rho
+        step = backend.cholesky_solve(xp, backend.cholesky(xp, hessian), gradient)
+        decrease = float(gradient @ step)
+        scale = 1.0
+        while True:
+            candidate = x - scale * step
+            candidate_value, candidate_gradient = shard._subproblem(candidate, v)
+            if candidate_value <= value - 1e-4 * scale * decrease or scale < 1e-10:
+                break
+            scale *= 0.5
+        x, value, gradient = candidate, candidate_value, candidate_gradient
+        shard.inner_iterations += 1
+    return x
+
+
+@register("loss", "logistic")
 class LogisticLossShard(GLMLossShard):
     """f_i(x) = sum_j log(1 + exp(-y_j a_j^T x)) with labels y_j in {-1, +1}."""
 
     name = "logistic"
+    target_name = "y_local"
     curvature_bound = 0.25
+
+    @classmethod
+    def check(cls, targets, options):
+        values = set(np.unique(backend.to_host(targets)).tolist())
+        if not values <= {-1.0, 1.0} and not values <= {0.0, 1.0}:
+            return f"labels must be in {{-1, 1}} or {{0, 1}}, got values {sorted(values)[:5]}"
+        return super().check(targets, options)
+
+    @classmethod
+    def prepare_targets(cls, b, xp):
+        return xp.where(b > 0, 1.0, -1.0)
+
+    @classmethod
+    def null_intercept(cls, targets, comm, options):
+        """The log-odds of the positive labels over every rank's rows."""
+        count = comm.allreduce(int(targets.shape[0]))
+        positive = comm.allreduce(int((targets > 0).sum())) / count
+        positive = min(max(positive, 1e-12), 1 - 1e-12)
+        return float(np.log(positive / (1 - positive)))
 
     def terms(self, margin):
         xp, y = self.xp, self.targets
@@ -114,11 +141,33 @@ class LogisticLossShard(GLMLossShard):
         return total, -y * probability, probability * (1.0 - probability)
 
 
+@register("loss", "huber")
 class HuberLossShard(GLMLossShard):
     """f_i(x) = sum_j huber_delta(a_j^T x - b_j): quadratic within delta, linear beyond (robust regression)."""
 
     name = "huber"
     curvature_bound = 1.0
+    options = ("delta", "x_solver")
+
+    @classmethod
+    def check(cls, targets, options):
+        delta = options["delta"]
+        if not (isinstance(delta, (int, float, np.integer, np.floating)) and not isinstance(delta, bool)
+                and delta > 0):
+            return f"delta must be > 0, got {delta!r}"
+        return super().check(targets, options)
+
+    @classmethod
+    def null_intercept(cls, targets, comm, options):
+        """Bisection on the monotone derivative sum_j psi(c - b_j) over every rank's rows."""
+        delta = options["delta"]
+        low = comm.allreduce(float(targets.min()) if targets.size else np.inf, op=MPI.MIN)
+        high = comm.allreduce(float(targets.max()) if targets.size else -np.inf, op=MPI.MAX)
+        for _ in range(100):
+            middle = 0.5 * (low + high)
+            slope = comm.allreduce(float(np.clip(middle - targets, -delta, delta).sum()))
+            low, high = (middle, high) if slope < 0 else (low, middle)
+        return 0.5 * (low + high)
 
     def __init__(self, design, targets, xp, delta=1.0, x_solver="lbfgs"):
         super().__init__(design, targets, xp, x_solver)

@@ -20,13 +20,20 @@ solved with a factorization computed once per rho and cached:
 Changing rho reuses the Gram matrix and redoes only the Cholesky factorization.
 """
 from ...core import backend
+from ...core.registry import register
 from .base import LossShard
 
 GRAM_LIMIT = 5000
 
 
+@register("loss", "squared")
 class SquaredLossShard(LossShard):
     name = "squared"
+
+    @classmethod
+    def null_intercept(cls, targets, comm, options):
+        """The mean of b over every rank's rows."""
+        return comm.allreduce(float(targets.sum())) / comm.allreduce(int(targets.shape[0]))
 
     def __init__(self, design, b, xp, gram_limit=GRAM_LIMIT):
         super().__init__(design, xp)
@@ -110,10 +117,6 @@ class SquaredLossShard(LossShard):
         if self.method == "cholesky-tall":  # from the Gram matrix, O(n^2), like the value
             return self.gram @ x - self.Atb
         return self.design.rmatvec(self.design.matvec(x) - self.b)
-
-    def gradient_at_zero(self):
-        """grad f_i(0) = -A_i^T b_i, from which lambda_max = ||sum_i grad f_i(0)||_inf."""
-        return -self.Atb
 
     def state(self):
         return {"x": self._x} if self.method == "cg" else {}

@@ -1,0 +1,68 @@
+"""Settings of a method: a frozen dataclass with its defaults, validated once (the OSQP/SCS pattern).
+
+A method's settings subclass :class:`Settings`, give each field a default and a
+comment, and list their checks in ``checks()``.  ``from_kwargs`` refuses
+unknown names, naming the valid ones; :meth:`Settings.collective` builds and
+validates the settings on every rank and raises the same CollectiveError
+everywhere when any rank's are invalid or the ranks disagree.
+"""
+import dataclasses
+import math
+
+from .comm import check_collectively, first_problem
+
+
+def is_number(value):
+    """A finite int or float that is not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_integer(value):
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Base of every method's settings; subclasses are frozen dataclasses."""
+
+    label = "method"  # in "unknown <label> setting(s)"
+
+    @classmethod
+    def from_kwargs(cls, **settings):
+        """Build settings from keyword arguments, naming any unknown one (TypeError)."""
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise TypeError(f"unknown {cls.label} setting(s) {', '.join(map(repr, unknown))}; "
+                            f"valid settings are {', '.join(sorted(known))}")
+        return cls(**settings)
+
+    def checks(self):
+        """(ok, message) pairs, in order; the first failing one is reported."""
+        return []
+
+    def problem(self):
+        """A message describing the first invalid value, or None."""
+        return first_problem(self.checks())
+
+    def as_dict(self):
+        """Field names to values (shallow: a value may be an object such as a reducer)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    @classmethod
+    def collective(cls, comm, extra_problem=None, agree=None, **settings):
+        """Settings from ``settings``, validated on every rank of ``comm`` (collective).
+
+        ``extra_problem`` is a message from checks of the caller's own (or
+        None); ``agree`` adds values that must be equal on every rank.  Raises
+        the same CollectiveError on every rank when any rank has a problem or
+        the settings differ between ranks.
+        """
+        try:
+            options = cls.from_kwargs(**settings)
+            problem = options.problem()
+        except TypeError as error:
+            options, problem = None, str(error)
+        check_collectively(comm, problem or extra_problem,
+                           dict(agree or {}, settings=options.as_dict() if options else None))
+        return options

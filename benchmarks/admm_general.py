@@ -22,7 +22,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import summarize, wait_without_spinning  # noqa: E402
+from common import median_time, printer, summarize, wait_without_spinning, write_result  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
 
@@ -45,13 +45,13 @@ def main(argv=None):
     import numpy as np
     from mpi4py import MPI
 
-    from mpiopt.core.io import check_writable, write_json
+    from mpiopt.core.io import check_writable
     from mpiopt.data.synthetic import lasso_rows, make_lasso
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
     check_writable(args.output or f"results/admm_{args.part}.json", comm)  # before minutes of work, not after
-    say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
+    say = printer(comm)
     A, b, _ = make_lasso(args.rows, args.cols, correlation=args.correlation, comm=comm)
     say(f"# admm_general --part {args.part}: {args.rows} x {args.cols}, correlation {args.correlation}, "
         f"{comm.size} ranks, {available_cores()} cores")
@@ -61,12 +61,9 @@ def main(argv=None):
 
     part = {"logistic": logistic_part, "path": path_part, "rho": rho_part}[args.part]
     payload = part(args, comm, A, b, full_data, say, np, MPI)
-    if comm.rank == 0:
-        payload.update(benchmark=f"admm_general-{args.part}", rows=args.rows, cols=args.cols, ranks=comm.size,
-                       correlation=args.correlation)
-        output = args.output or f"results/admm_{args.part}.json"
-        write_json(output, payload)
-        print(f"# JSON written to {output}")
+    payload.update(benchmark=f"admm_general-{args.part}", rows=args.rows, cols=args.cols, ranks=comm.size,
+                   correlation=args.correlation)
+    write_result(comm, args.output or f"results/admm_{args.part}.json", payload)
     return 0
 
 
@@ -82,16 +79,12 @@ def logistic_part(args, comm, A, b, full_data, say, np, MPI):
     lam = args.lam_ratio * probe.info["lambda_max"]
     runs = []
     for tolerance in (1e-3, 1e-4, 1e-5, 1e-6, 1e-8):
-        times, result = [], None
-        for _ in range(args.repeat):
-            comm.Barrier()
-            start = time.perf_counter()
-            result = logistic_regression(A, y, lam, comm, eps_abs=tolerance, eps_rel=tolerance, max_iter=20000,
-                                         x_solver=args.x_solver)
-            times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+        result, seconds = median_time(comm, lambda: logistic_regression(
+            A, y, lam, comm, eps_abs=tolerance, eps_rel=tolerance, max_iter=20000, x_solver=args.x_solver),
+            args.repeat)
         runs.append({"solver": f"mpiopt ADMM ({args.x_solver})", "tolerance": tolerance,
                      "iterations": result.iterations, "objective": objective(result.x, lam),
-                     "seconds": statistics.median(times), "inner": result.info.get("inner_iterations")})
+                     "seconds": seconds, "inner": result.info.get("inner_iterations")})
         say(f"  ADMM tol {tolerance:.0e}: {result.iterations} iterations, {runs[-1]['seconds']:.2f} s, "
             f"objective {runs[-1]['objective']:.10e}")
     sk_runs = []
@@ -143,14 +136,9 @@ def logistic_part(args, comm, A, b, full_data, say, np, MPI):
 
 def path_part(args, comm, A, b, full_data, say, np, MPI):
     from mpiopt.admm.path import regularization_path
-    times, path = [], None
-    for _ in range(args.repeat):
-        comm.Barrier()
-        start = time.perf_counter()
-        path = regularization_path(A, b, "squared", "l1", comm, n_lams=20, lam_min_ratio=1e-2,
-                                   eps_abs=1e-8, eps_rel=1e-8)
-        times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
-    ours = statistics.median(times)
+    path, ours = median_time(comm, lambda: regularization_path(A, b, "squared", "l1", comm, n_lams=20,
+                                                               lam_min_ratio=1e-2, eps_abs=1e-8, eps_rel=1e-8),
+                             args.repeat)
     say(f"  mpiopt path: {ours:.2f} s ({path.setup_time:.2f} s setup; iterations {path.iterations.tolist()})")
     reference = {}
     if comm.rank == 0:

@@ -28,7 +28,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import summarize, wait_without_spinning  # noqa: E402
+from common import printer, summarize, timed, wait_without_spinning, write_result  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
 ADMM_TOLERANCES = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10)
@@ -69,13 +69,13 @@ def main(argv=None):
     from mpiopt.admm.design import Design
     from mpiopt.admm.losses import SquaredLossShard
     from mpiopt.core import backend
-    from mpiopt.core.io import check_writable, write_json
-    from mpiopt.data.synthetic import lasso_rows, make_lasso
+    from mpiopt.core.io import check_writable
+    from mpiopt.data.synthetic import make_lasso
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
     check_writable([args.output, args.plot], comm)  # before minutes of work, not after
-    say = (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
+    say = printer(comm)
     say(f"admm_lasso benchmark: {args.rows} x {args.cols}, {comm.size} ranks, "
         f"{os.environ.get('OPENBLAS_NUM_THREADS')} BLAS thread(s) per rank, {available_cores()} cores")
 
@@ -88,14 +88,8 @@ def main(argv=None):
         residual = A @ x - b
         return comm.allreduce(0.5 * float(residual @ residual)) + lam * float(np.abs(x).sum())
 
-    def timed(function):
-        comm.Barrier()
-        start = time.perf_counter()
-        value = function()
-        return value, comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-
     def run_admm(tolerance):
-        return timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=tolerance,
+        return timed(comm, lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=tolerance,
                                    eps_rel=tolerance, max_iter=100000, adaptive_rho=args.adaptive_rho,
                                    anderson=args.anderson))
 
@@ -126,10 +120,10 @@ def main(argv=None):
     # tilt the ratio; the ratio quoted is the median of the per-pair ratios.
     floor_samples, steady, ratios = [], [], []
     for _ in range(max(args.repeat, 5)):
-        _, seconds = timed(lambda: [bare_iteration() for _ in range(args.iterations)])
+        _, seconds = timed(comm, lambda: [bare_iteration() for _ in range(args.iterations)])
         floor_samples.append(seconds / args.iterations)
-        result, _ = timed(lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=0.0,
-                                        eps_rel=0.0, max_iter=args.iterations, adaptive_rho="none", anderson=0))
+        result, _ = timed(comm, lambda: lasso(A, b, lam, comm=comm, rho=args.rho, alpha=args.alpha, eps_abs=0.0,
+                                              eps_rel=0.0, max_iter=args.iterations, adaptive_rho="none", anderson=0))
         steady.append(comm.allreduce(result.timings["per_iteration"], op=MPI.MAX))
         ratios.append(steady[-1] / floor_samples[-1])
     del shard
@@ -147,17 +141,15 @@ def main(argv=None):
 
     if comm.rank == 0:
         print_tables(args, comm.size, runs, summary, per_iteration, reference)
-        payload = {"benchmark": "admm_lasso", "rows": args.rows, "cols": args.cols, "ranks": comm.size,
-                   "correlation": args.correlation, "density": args.density, "noise": args.noise,
-                   "cores": available_cores(), "lam": lam, "lambda_max": lambda_max, "repeat": args.repeat,
-                   "target": args.target, "reference_objective": reference, "runs": runs,
-                   "time_to_solution": summary, "per_iteration": per_iteration}
-        write_json(args.output, payload)
-        print(f"JSON written to {args.output}")
-        if args.plot:
-            plot(runs, args.plot, args.target, f"lasso {args.rows} x {args.cols}, column correlation "
-                 f"{args.correlation}, {comm.size} ranks (median of {args.repeat})")
-            print(f"plot written to {args.plot}")
+    write_result(comm, args.output, {
+        "benchmark": "admm_lasso", "rows": args.rows, "cols": args.cols, "ranks": comm.size,
+        "correlation": args.correlation, "density": args.density, "noise": args.noise, "cores": available_cores(),
+        "lam": lam, "lambda_max": lambda_max, "repeat": args.repeat, "target": args.target,
+        "reference_objective": reference, "runs": runs, "time_to_solution": summary, "per_iteration": per_iteration})
+    if comm.rank == 0 and args.plot:
+        plot(runs, args.plot, args.target, f"lasso {args.rows} x {args.cols}, column correlation "
+             f"{args.correlation}, {comm.size} ranks (median of {args.repeat})")
+        print(f"plot written to {args.plot}")
     return 0
 
 
@@ -168,7 +160,6 @@ def run_sklearn(args, comm, lam, objective, best_objective, say):
     of the best objective seen so far: tighter rungs only take longer.
     """
     import numpy as np
-    from mpi4py import MPI
 
     from mpiopt.data.synthetic import lasso_rows
     runs = []

@@ -1,5 +1,46 @@
-"""Helpers shared by the benchmark scripts."""
+"""Plumbing every benchmark shares: sizes, barrier-timed medians, the non-spinning wait, output on rank 0.
+
+* ``size_argument``: "8", "64K", "256M", "1G" as bytes (the OSU / nccl-tests syntax);
+* ``timed(comm, function)``: the ranks start together (a barrier) and the time
+  reported is the slowest rank's; ``median_time`` repeats it and takes the median;
+* ``wait_without_spinning``: ranks that wait for rank 0 (running scikit-learn
+  with every core) sleep instead of spinning in an MPI wait;
+* ``printer(comm)`` prints on rank 0 only; ``write_result`` writes the JSON on rank 0;
+* ``summarize``: time to solution from a ladder of tolerances.
+"""
+import argparse
+import re
+import statistics
 import time
+
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def size_argument(text):
+    match = re.fullmatch(r"(\d+)([KMG]?)B?", text.strip().upper())
+    if not match:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8, 64K, 256M, got {text!r}")
+    return int(match.group(1)) * UNITS[match.group(2)]
+
+
+def printer(comm):
+    """print, flushed, on rank 0 only."""
+    return (lambda *a: print(*a, flush=True)) if comm.rank == 0 else (lambda *a: None)
+
+
+def timed(comm, function):
+    """(function(), seconds of the slowest rank), every rank starting after a barrier."""
+    from mpi4py import MPI
+    comm.Barrier()
+    start = time.perf_counter()
+    value = function()
+    return value, comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+
+
+def median_time(comm, function, repeat):
+    """(the last run's value, the median of ``repeat`` barrier-timed runs in seconds)."""
+    runs = [timed(comm, function) for _ in range(repeat)]
+    return runs[-1][0], statistics.median(seconds for _, seconds in runs)
 
 
 def wait_without_spinning(comm):
@@ -7,6 +48,14 @@ def wait_without_spinning(comm):
     request = comm.Ibarrier()
     while not request.Test():
         time.sleep(0.01)
+
+
+def write_result(comm, path, payload):
+    """Write the benchmark's JSON on rank 0 (atomically) and say where."""
+    from mpiopt.core.io import write_json
+    if comm.rank == 0:
+        write_json(path, payload)
+        print(f"JSON written to {path}", flush=True)
 
 
 def summarize(runs, target):

@@ -1,7 +1,9 @@
 """Turn a benchmark's JSON result into Markdown tables for the docs.
 
-    python benchmarks/report.py results/allreduce.json
-    python benchmarks/report.py results/admm_lasso.json
+    python benchmarks/report.py results/allreduce.json results/admm_lasso.json results/admm_logistic.json
+
+Each benchmark writes its name in the JSON ("benchmark"); the renderer is
+chosen by that name, and a name without a renderer is an error, not a guess.
 """
 import json
 import sys
@@ -64,11 +66,65 @@ def lasso_tables(result):
     return "\n".join(lines)
 
 
+def ladder_tables(result, title):
+    """A tolerance ladder (solver, tolerance, iterations, time, gap) and the time to solution."""
+    lines = [title, "", "| solver | tolerance | iterations | time (s) | relative gap |", "|---|---:|---:|---:|---:|"]
+    for run in result["runs"]:
+        lines.append(f"| {run['solver']} | {run['tolerance']:.0e} | {run['iterations']} | {run['seconds']:.3f} | "
+                     f"{run['relative_gap']:.1e} |")
+    lines += ["", "| solver | time to solution (s) | at tolerance |", "|---|---:|---:|"]
+    for solver, entry in result["time_to_solution"].items():
+        lines.append(f"| {solver} | {entry['seconds']:.3f} | {entry['tolerance']:.0e} |" if entry["seconds"]
+                     else f"| {solver} | not reached | |")
+    return "\n".join(lines)
+
+
+def logistic_tables(result):
+    return ladder_tables(result, f"L1 logistic regression {result['rows']} x {result['cols']}, {result['ranks']} ranks, "
+                                 f"lam = {result['lam']:.4g}; best objective {result['best_objective']:.12e}")
+
+
+def path_tables(result):
+    lines = [f"lasso path {result['rows']} x {result['cols']}, {result['ranks']} ranks, {len(result['lams'])} weights: "
+             f"mpiopt {result['seconds']:.2f} s ({result['setup']:.2f} s setup)", "",
+             "| scikit-learn lasso_path | time (s) | mpiopt / this | worst relative objective gap |",
+             "|---|---:|---:|---:|"]
+    for layout, entry in result["lasso_path"].items():
+        lines.append(f"| {layout} | {entry['seconds']:.2f} | {result['seconds'] / entry['seconds']:.2f} | "
+                     f"{entry['max_relative_gap']:.1e} |")
+    return "\n".join(lines)
+
+
+def rho_tables(result):
+    lines = [f"adaptive rho, {result['rows']} x {result['cols']}, {result['ranks']} ranks; default rho "
+             f"{result['default_rho']:.3e}", "",
+             "| Anderson | best fixed rho | its iterations | osqp from 100x too small | balance | default settings |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for key in ("anderson_0", "anderson_5"):
+        entry = result[key]
+        adaptive = entry["adaptive"]
+        lines.append(f"| {key.split('_')[1]} | {entry['best_rho']:.3e} | {entry['best_iterations']} | "
+                     f"{adaptive['osqp']['iterations']} ({adaptive['osqp']['ratio']:.2f}x) | "
+                     f"{adaptive['balance']['iterations']} ({adaptive['balance']['ratio']:.2f}x) | "
+                     f"{entry['default_iterations']} |")
+    return "\n".join(lines)
+
+
+RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
+             "admm_general-path": path_tables, "admm_general-rho": rho_tables}
+
+
+def render(result):
+    name = result.get("benchmark")
+    if name not in RENDERERS:
+        raise SystemExit(f"report: no table for benchmark {name!r}; known: {', '.join(RENDERERS)}")
+    return RENDERERS[name](result)
+
+
 def main(paths):
     for path in paths:
         with open(path) as stream:
-            result = json.load(stream)
-        print(allreduce_tables(result) if result["benchmark"] == "allreduce" else lasso_tables(result))
+            print(render(json.load(stream)))
         print()
 
 

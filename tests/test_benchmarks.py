@@ -1,0 +1,44 @@
+"""The benchmarks run end to end on tiny problems, and the report renders each one's JSON by its name."""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_mpi
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import common  # noqa: E402
+import report  # noqa: E402
+
+CASES = [
+    ("admm_lasso.py", ["--rows", "2000", "--cols", "30", "--repeat", "1", "--iterations", "10"], "lasso 2000 x 30"),
+    ("admm_general.py", ["--part", "logistic", "--rows", "2000", "--cols", "30", "--repeat", "1"], "L1 logistic"),
+    ("admm_general.py", ["--part", "path", "--rows", "2000", "--cols", "30", "--repeat", "1"], "lasso path"),
+    ("admm_general.py", ["--part", "rho", "--rows", "2000", "--cols", "30", "--repeat", "1"], "adaptive rho"),
+    ("allreduce.py", ["-b", "8", "-e", "4K", "--reducers", "ring,rd"], "2 ranks, 1 node(s), float32 sum"),
+]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("script, arguments, title", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_benchmark_json_is_rendered_by_the_report(tmp_path, script, arguments, title):
+    output = tmp_path / "result.json"
+    completed = run_mpi(2, str(ROOT / "benchmarks" / script), *arguments, "--output", str(output), timeout=200)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count(f"JSON written to {output}") == 1
+    assert report.render(json.loads(output.read_text())).startswith(title)
+
+
+def test_report_refuses_a_benchmark_it_has_no_table_for():
+    with pytest.raises(SystemExit, match="no table for benchmark 'mystery'"):
+        report.render({"benchmark": "mystery"})
+
+
+def test_sizes_are_parsed_like_osu_and_nccl_tests():
+    assert [common.size_argument(text) for text in ("8", "64K", "256M", "1G", "4kb")] == [8, 65536, 256 << 20,
+                                                                                          1 << 30, 4096]
+    with pytest.raises(Exception, match="expected a size"):
+        common.size_argument("lots")

@@ -6,11 +6,10 @@ import signal
 
 import numpy as np
 import pytest
-from mpi4py import MPI
-
 import mpiopt.slurm  # noqa: F401 (registers the Slurm workloads)
 from conftest import gather_messages
 from mpiopt.admm import penalties, solve
+from mpiopt.admm.losses.glm import GLMLossShard
 from mpiopt.admm.path import regularization_path
 from mpiopt.core import CollectiveError
 from mpiopt.core.checkpoint import Checkpointer
@@ -65,8 +64,23 @@ class ScaledL1(penalties.Penalty):
         return float(np.abs(gradient).max()) / cls.scale
 
 
+class LeastSquaresGLM(GLMLossShard):
+    """(a_j^T x - b_j)^2 / 2 as a GLM with an iterative x-step, registered by a user."""
+
+    name = "least_squares_glm"
+
+    def terms(self, margin):
+        residual = margin - self.targets
+        return 0.5 * float(residual @ residual), residual, self.xp.ones_like(residual)
+
+    @classmethod
+    def null_intercept(cls, targets, comm, options):
+        return comm.allreduce(float(targets.sum())) / comm.allreduce(int(targets.shape[0]))
+
+
 @pytest.fixture
 def user_pieces():
+    register("loss", "least_squares_glm", LeastSquaresGLM)
     register("penalty", "scaled_l1", ScaledL1)
     calls = []
 
@@ -75,6 +89,7 @@ def user_pieces():
         return lookup("x_solver", "lbfgs")(shard, v, x, tolerance)
     register("x_solver", "counting", counting_lbfgs)
     yield calls
+    unregister("loss", "least_squares_glm")
     unregister("penalty", "scaled_l1")
     unregister("x_solver", "counting")
 
@@ -95,6 +110,12 @@ def test_a_user_registered_penalty_and_x_solver_are_used_by_name(comm, user_piec
     fit = solve(A_local, y_local, "logistic", "l2", 1.0, comm, x_solver="counting", max_iter=20, eps_abs=0,
                 eps_rel=0)
     assert fit.iterations == 20 and (len(user_pieces) > 0) == bool(len(A_local))
+    glm = solve(A_local, b_local, "least_squares_glm", "l1", None, comm, lam_ratio=0.2, intercept=True,
+                eps_abs=1e-10, eps_rel=1e-10)
+    squared = solve(A_local, b_local, "squared", "l1", None, comm, lam_ratio=0.2, intercept=True,
+                    eps_abs=1e-10, eps_rel=1e-10)
+    assert glm.info["lambda_max"] == pytest.approx(squared.info["lambda_max"], rel=1e-12)
+    assert np.allclose(glm.x, squared.x, atol=1e-6)
 
 
 def test_a_penalty_owns_its_lambda_max_and_intercept_handling():

@@ -5,24 +5,23 @@ column correlation ``correlation`` (the equicorrelated design of Friedman,
 Hastie and Tibshirani 2010: column j = sqrt(1 - c) Z_j + sqrt(c) W, with Z_j and
 W independent standard normals), the true x has a fraction ``density`` of
 N(0, 1) nonzeros, and b = A x_true + noise * N(0, 1).
-Rows are generated in fixed blocks, each from its own seed, so a rank generates
-only its own rows and the problem is the same whatever the number of ranks.
+Rows are generated in fixed blocks, each from its own stream
+(``random_stream(seed, 1, block)``; x_true from ``random_stream(seed, 0)``), so
+a rank generates only its own rows and the problem is the same whatever the
+number of ranks.
 """
 import numpy as np
 
 from ..core.comm import check_collectively, first_problem, resolve_comm
+from ..core.random import random_stream
 from .partition import row_range
 
 BLOCK_ROWS = 4096
 
 
-def _generator(seed, *stream):
-    return np.random.default_rng(np.random.SeedSequence([seed, *stream]))
-
-
 def true_coefficients(n, density, seed):
     """The sparse x_true of the problem with this seed."""
-    rng = _generator(seed, 0)
+    rng = random_stream(seed, 0)
     x = np.zeros(n)
     nonzeros = max(1, int(round(density * n)))
     support = rng.choice(n, size=min(nonzeros, n), replace=False)
@@ -39,7 +38,7 @@ def lasso_rows(m, n, start, stop, density=0.05, noise=0.01, seed=0, correlation=
     for block in range(start // BLOCK_ROWS, (stop - 1) // BLOCK_ROWS + 1 if stop > start else 0):
         block_start = block * BLOCK_ROWS
         block_stop = min(block_start + BLOCK_ROWS, m)
-        rng = _generator(seed, 1, block)
+        rng = random_stream(seed, 1, block)
         block_A = rng.standard_normal((block_stop - block_start, n))
         if correlation:
             shared = rng.standard_normal((block_stop - block_start, 1))

@@ -1,0 +1,145 @@
+"""What a model is: flat parameters and a batch in, a loss and a gradient out.
+
+A model knows nothing of ranks.  Its parameters are one flat float64 vector of
+``n_params`` entries, so that any reducer or compressor can move them and an
+optimizer can update them (or one shard of them) in place; the model reads its
+weight matrices as views into that vector (:meth:`Model.views`), never copies.
+
+A model provides:
+
+* ``n_params``, ``n_features`` and ``n_classes`` (None for a regression);
+* ``init_params(seed)``: a new starting vector, seeded through
+  :func:`mpiopt.core.random.random_stream`;
+* ``loss_and_grad(params, X, y)``: the mean loss over the batch's rows plus
+  ``alpha / 2`` times the squared norm of the weights (never the intercepts),
+  and its gradient as a new flat vector.  An empty batch has a data term of 0
+  (so a rank whose share of a global batch is empty contributes only the
+  penalty, and a trainer weighting each rank by its row count stays exact);
+* ``predict(params, X)`` and, for classifiers, ``predict_proba(params, X)``.
+
+``X`` is a dense 2-D array of ``n_features`` columns; classification labels
+are integers in ``[0, n_classes)``, regression targets floats.
+"""
+import math
+import numbers
+
+import numpy as np
+
+
+def check_count(model, what, value, least):
+    """Raise ValueError unless ``value`` is an integer >= ``least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+        raise ValueError(f"{model}: {what} must be an integer >= {least}, got {value!r}")
+
+
+class Model:
+    """Subclasses call ``__init__`` with their parameter shapes and implement the methods below."""
+
+    name = "model"
+    n_classes = None
+
+    def __init__(self, n_features, shapes, alpha=0.0):
+        check_count(self.name, "n_features", n_features, 1)
+        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha < math.inf:
+            raise ValueError(f"{self.name}: alpha must be a finite number >= 0, got {alpha!r}")
+        self.n_features, self.alpha = int(n_features), float(alpha)
+        self.shapes = list(shapes)
+        self.sizes = [math.prod(shape) for shape in self.shapes]
+        self.n_params = sum(self.sizes)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(n_features={self.n_features}, n_params={self.n_params}, alpha={self.alpha})"
+
+    def views(self, vector):
+        """The parameter blocks of ``vector`` (parameters or a gradient), reshaped views in layout order."""
+        blocks, start = [], 0
+        for shape, size in zip(self.shapes, self.sizes):
+            blocks.append(vector[start:start + size].reshape(shape))
+            start += size
+        return blocks
+
+    def init_params(self, seed):
+        raise NotImplementedError
+
+    def loss_and_grad(self, params, X, y):
+        raise NotImplementedError
+
+    def predict(self, params, X):
+        raise NotImplementedError
+
+    def loss(self, params, X, y):
+        """The loss alone (evaluation; computes the gradient too)."""
+        return self.loss_and_grad(params, X, y)[0]
+
+    def check_params(self, params):
+        params = np.asarray(params, dtype=np.float64)
+        if params.shape != (self.n_params,):
+            raise ValueError(f"{self.name}: params must be a flat vector of n_params={self.n_params} entries, "
+                             f"got shape {params.shape}")
+        return params
+
+    def check_inputs(self, X):
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise ValueError(f"{self.name}: X must be a 2-D array of n_features={self.n_features} columns, "
+                             f"got shape {X.shape}")
+        return X
+
+    def check_targets(self, y, rows):
+        y = np.asarray(y)
+        if y.shape != (rows,):
+            raise ValueError(f"{self.name}: y must hold one target per row of X ({rows}), got shape {y.shape}")
+        if self.n_classes is None:
+            return y.astype(np.float64, copy=False)
+        if not np.issubdtype(y.dtype, np.integer):
+            raise ValueError(f"{self.name}: labels must be integers in [0, {self.n_classes}), got dtype {y.dtype}")
+        if y.size and (y.min() < 0 or y.max() >= self.n_classes):
+            bad = y[(y < 0) | (y >= self.n_classes)][0]
+            raise ValueError(f"{self.name}: labels must be integers in [0, {self.n_classes}), got {bad}")
+        return y
+
+    def check_batch(self, params, X, y):
+        X = self.check_inputs(X)
+        return self.check_params(params), X, self.check_targets(y, X.shape[0])
+
+    def add_penalty(self, loss, weights, weight_grads):
+        """``loss + alpha/2 sum ||W||^2``; adds ``alpha W`` to each weight's gradient in place."""
+        if not self.alpha:
+            return loss
+        for weight, weight_grad in zip(weights, weight_grads):
+            loss += 0.5 * self.alpha * float(np.vdot(weight, weight))
+            weight_grad += self.alpha * weight
+        return loss
+
+
+class LinearModel(Model):
+    """Scores ``X W + b`` through one output head; W is (n_features,) for one output, else (n_features, k).
+
+    The layout is ``[W (row-major), b]``.  The starting point is zero (the
+    losses are convex; ``seed`` is accepted for the common interface).
+    """
+
+    def __init__(self, n_features, n_outputs=None, alpha=0.0):
+        outputs = () if n_outputs is None else (n_outputs,)
+        super().__init__(n_features, [(n_features, *outputs), outputs], alpha)
+
+    def head(self, scores, y):
+        """(mean loss, its gradient in the scores) for a batch's scores and targets."""
+        raise NotImplementedError
+
+    def init_params(self, seed):
+        return np.zeros(self.n_params)
+
+    def scores(self, params, X):
+        coef, intercept = self.views(self.check_params(params))
+        return self.check_inputs(X) @ coef + intercept
+
+    def loss_and_grad(self, params, X, y):
+        params, X, y = self.check_batch(params, X, y)
+        coef, intercept = self.views(params)
+        loss, score_grad = self.head(X @ coef + intercept, y)
+        grad = np.empty(self.n_params)
+        coef_grad, intercept_grad = self.views(grad)
+        np.matmul(X.T, score_grad, out=coef_grad)
+        np.sum(score_grad, axis=0, out=intercept_grad)
+        return self.add_penalty(loss, [coef], [coef_grad]), grad

@@ -1,0 +1,115 @@
+"""Multilayer perceptron: ReLU hidden layers, a softmax (classification) or linear (regression) output.
+
+With h_0 = x, layers l = 1..L-1 hidden and L the output,
+
+    h_l = relu(h_{l-1} W_l + b_l),     s = h_{L-1} W_L + b_L
+
+    classification (n_classes = k):  loss = (1/n) sum_i [logsumexp(s_i) - s_{i, y_i}] + (alpha / 2) sum_l ||W_l||_F^2
+    regression (n_classes = None):   loss = (1 / 2n) sum_i (s_i - y_i)^2              + (alpha / 2) sum_l ||W_l||_F^2
+
+the objective of scikit-learn's MLPClassifier (multiclass; softmax output) and
+MLPRegressor with ``activation="relu"``, whose ``alpha`` is n times ours (it
+adds ``alpha_sk / (2n) sum ||W||^2``).  For two classes we keep two softmax
+outputs where scikit-learn has one logistic unit: ours holds its model with a
+zero first column.  The gradient is backpropagation; ReLU's derivative at 0 is
+taken as 0.
+
+Parameters ``[W_1, b_1, ..., W_L, b_L]``, each W_l of shape (fan_in, fan_out)
+row-major, exactly scikit-learn's ``coefs_`` and ``intercepts_`` in order.
+Initialization: He for the hidden layers, W_l ~ N(0, 2 / fan_in) (right for
+ReLU), Glorot for the output, W_L ~ N(0, 2 / (fan_in + fan_out)), biases 0,
+drawn from ``random_stream(seed, "init_params")``.  Cost per call: O(n sum_l
+fan_in fan_out), twice over (forward and backward); memory: every layer's
+activations for the batch.
+"""
+import numpy as np
+from scipy.special import softmax
+
+from ..core.random import random_stream
+from ..core.registry import register
+from .base import Model, check_count
+from .heads import softmax_cross_entropy, squared_error
+
+
+@register("model", "mlp")
+class MLP(Model):
+    name = "mlp"
+
+    def __init__(self, n_features, n_classes=None, hidden=(64,), alpha=0.0):
+        if n_classes is not None:
+            check_count(self.name, "n_classes", n_classes, 2)
+            n_classes = int(n_classes)
+        hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
+        for width in hidden:
+            check_count(self.name, "each hidden width", width, 1)
+        self.n_classes, self.hidden = n_classes, hidden
+        widths = [n_features, *hidden, n_classes or 1]
+        shapes = []
+        for fan_in, fan_out in zip(widths[:-1], widths[1:]):
+            shapes += [(fan_in, fan_out), (fan_out,)]
+        super().__init__(n_features, shapes, alpha)
+
+    def __repr__(self):
+        return (f"MLP(n_features={self.n_features}, n_classes={self.n_classes}, hidden={self.hidden}, "
+                f"alpha={self.alpha}, n_params={self.n_params})")
+
+    def layers(self, vector):
+        """[(W_1, b_1), ..., (W_L, b_L)]: views into ``vector`` (parameters or a gradient)."""
+        blocks = self.views(vector)
+        return list(zip(blocks[0::2], blocks[1::2]))
+
+    def init_params(self, seed):
+        params = np.zeros(self.n_params)
+        stream = random_stream(seed, "init_params")
+        layers = self.layers(params)
+        for number, (weight, _) in enumerate(layers):
+            fan_in, fan_out = weight.shape
+            variance = 2.0 / fan_in if number < len(layers) - 1 else 2.0 / (fan_in + fan_out)
+            weight[...] = stream.standard_normal(weight.shape) * np.sqrt(variance)
+        return params
+
+    def forward(self, params, X):
+        """The inputs of every layer, [X, h_1, ..., h_{L-1}], and the output scores s."""
+        activations = [X]
+        layers = self.layers(params)
+        for weight, bias in layers[:-1]:
+            hidden = activations[-1] @ weight
+            hidden += bias
+            np.maximum(hidden, 0.0, out=hidden)
+            activations.append(hidden)
+        weight, bias = layers[-1]
+        return activations, activations[-1] @ weight + bias
+
+    def loss_and_grad(self, params, X, y):
+        params, X, y = self.check_batch(params, X, y)
+        activations, scores = self.forward(params, X)
+        if self.n_classes is None:
+            loss, score_grad = squared_error(scores[:, 0], y)
+            delta = score_grad[:, None]
+        else:
+            loss, delta = softmax_cross_entropy(scores, y)
+        layers = self.layers(params)
+        grad = np.empty(self.n_params)
+        grad_layers = self.layers(grad)
+        for number in reversed(range(len(layers))):
+            weight_grad, bias_grad = grad_layers[number]
+            np.matmul(activations[number].T, delta, out=weight_grad)
+            np.sum(delta, axis=0, out=bias_grad)
+            if number:
+                delta = delta @ layers[number][0].T
+                delta *= activations[number] > 0
+        weights = [weight for weight, _ in layers]
+        return self.add_penalty(loss, weights, [weight_grad for weight_grad, _ in grad_layers]), grad
+
+    def scores(self, params, X):
+        return self.forward(self.check_params(params), self.check_inputs(X))[1]
+
+    def predict_proba(self, params, X):
+        if self.n_classes is None:
+            raise ValueError("predict_proba needs a classifier: this MLP is a regression (n_classes=None)")
+        return softmax(self.scores(params, X), axis=1)
+
+    def predict(self, params, X):
+        """Class labels (classification) or fitted values (regression)."""
+        scores = self.scores(params, X)
+        return scores[:, 0] if self.n_classes is None else np.argmax(scores, axis=1)

@@ -267,3 +267,15 @@ def test_a_reducer_object_is_accepted_and_a_path_builds_one_reducer(comm, monkey
     monkeypatch.setattr(path_module, "get_reducer", lambda *a, **k: built.append(a) or original(*a, **k))
     path = regularization_path(A_local, b_local, "squared", "l1", comm, n_lams=5)
     assert len(path.results) == 5 and len(built) == 1
+
+
+def test_the_docs_list_exactly_the_registered_losses_and_penalties():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "docs" / "admm.md").read_text()
+
+    def table(heading):
+        section = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+        return [line.split("|")[1].strip().strip("`") for line in section.splitlines()
+                if line.startswith("| `")]
+    assert table("Losses and their x-steps") == names("loss")
+    assert table("Penalties") == names("penalty")

@@ -142,7 +142,8 @@ def main(argv=None):
                 mpi_time = seconds
             algbw = nbytes / seconds / 1e9
             busbw = algbw * (2 * (p - 1) / p if p > 1 else 1.0)
-            model = predict(reducer_model(name, reducer, nbytes), p, nbytes, alpha, beta, gamma, copy, nodes)
+            model_name, model_options = reducer_model(name, reducer, nbytes)
+            model = predict(model_name, p, nbytes, alpha, beta, gamma, copy, nodes, **model_options)
             row = {"size": nbytes, "count": count, "type": args.datatype, "redop": args.op, "reducer": name,
                    "time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wrong,
                    "vs_mpi": mpi_time / seconds, "model_us": None if model is None else model * 1e6,
@@ -192,10 +193,13 @@ class Call:
 
 
 def reducer_model(name, reducer, nbytes):
-    """The cost model that applies to this reducer at this size (auto: the one it picks)."""
+    """The registered reducer whose cost model applies at this size (auto: the one it picks), and the
+    model's options (hier-shm: the buffer already in the window)."""
     if name == "auto":
-        return reducer.choose(nbytes).name
-    return {"hier-shm": "hier-shm"}.get(name, name)
+        return reducer.choose(nbytes).name, {}
+    if name == "hier-shm":
+        return "hier", {"in_window": True}
+    return name, {}
 
 
 def summarize(rows, names, p):

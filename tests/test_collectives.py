@@ -8,7 +8,7 @@ from mpiopt.collectives.models import fit_alpha_beta, fit_gamma_copy, predict
 from mpiopt.core import CollectiveError
 
 NAMES = ["mpi", "ring", "ring-seg", "rd", "hier", "hier-parity", "ps", "ps-sharded", "auto"]
-DTYPES = [np.float64, np.float32, np.float16, np.int32, np.int64]
+DTYPES = [np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8]
 OPS = ["sum", "max", "min", "mean"]
 MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "mean": MPI.SUM}
 TOLERANCE = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 2e-2}
@@ -38,8 +38,9 @@ def reducer(request, comm):
 
 def data(comm, count, dtype, salt=0):
     rng = np.random.default_rng(1000 * comm.rank + count + salt)
-    if np.dtype(dtype).kind == "i":
-        return rng.integers(-1000, 1000, count).astype(dtype)
+    if np.dtype(dtype).kind in "iu":  # integer sums may wrap around (uint8, int8), as MPI's do
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -1000), min(info.max, 1000), count).astype(dtype)
     return (rng.standard_normal(count) * 10).astype(dtype)
 
 
@@ -52,7 +53,7 @@ def reference(comm, x, op):
 
 
 def assert_agrees(result, expected, dtype, op):
-    if np.dtype(dtype).kind == "i" or op in ("max", "min"):
+    if np.dtype(dtype).kind in "iu" or op in ("max", "min"):
         assert np.array_equal(result, expected)
     else:
         scale = max(float(np.abs(expected.astype(np.float64)).max(initial=0.0)), 1.0)
@@ -64,7 +65,7 @@ def assert_agrees(result, expected, dtype, op):
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("op", OPS)
 def test_reducer_matches_mpi_allreduce_for_every_dtype_op_and_length(comm, reducer, dtype, op):
-    if op == "mean" and np.dtype(dtype).kind == "i":
+    if op == "mean" and np.dtype(dtype).kind in "iu":
         pytest.skip("mean is defined for floating types")
     for count in sorted({0, 1, max(comm.size - 1, 0), 7, 13, 1000, 10007}):
         x = data(comm, count, dtype)

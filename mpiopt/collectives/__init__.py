@@ -1,53 +1,79 @@
 """Collectives written by hand on MPI point-to-point, with MPI's own as the baseline.
 
 ``get_reducer(name, comm=None, **options)`` returns a reducer with
-``allreduce(sendbuf, recvbuf=None, op="sum")``:
+``allreduce``, ``reduce_scatter``, ``allgather`` and ``allgatherv`` (see
+:mod:`.base` for the interface):
 
 =============  ============================================================
-``mpi``        MPI_Allreduce (the baseline)
+``mpi``        MPI's collectives (the baseline)
 ``ring``       ring reduce-scatter + ring all-gather (bandwidth-optimal)
 ``ring-seg``   the ring, pipelined in segments (``segment_bytes``)
-``rd``         recursive doubling with the non-power-of-two fold (latency)
+``rd``         recursive doubling with the non-power-of-two fold (latency);
+               recursive halving for reduce-scatter
 ``hier``       node-aware: shared-memory window within a node, ring across
 ``ps``         synchronous single parameter server (``server=``)
 ``ps-sharded`` sharded parameter servers owning key ranges (``servers=``)
 ``auto``       MPI below 64 KiB, then hier (several ranks per node) or ring
 =============  ============================================================
 
+Each reducer registers itself under its name in :mod:`mpiopt.core.registry`
+(kind ``"reducer"``); a user's own :class:`Reducer` subclass registered the
+same way is available by name to ``get_reducer`` and everything that takes a
+reducer name.  ``REDUCERS`` maps the registered names to their classes, read
+from the registry at each use.
+
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
-from .async_server import AsyncParameterServer, ParameterServerTimeout
-from .auto import AutoReducer
-from .base import DTYPES, OPS, Reducer, chunk_bounds
-from .hierarchical import HierarchicalReducer
+from collections.abc import Mapping
+
+from ..core.partition import offsets as chunk_bounds
+from ..core.registry import RegistryError, lookup, names, unknown
+# Imported in this order, the reducers register their names in this order.
 from .mpi import MPIReducer
-from .parameter_server import ParameterServerReducer, ShardedParameterServerReducer
+from .ring import SEGMENT_BYTES, RingReducer, SegmentedRingReducer
 from .recursive_doubling import RecursiveDoublingReducer
-from .ring import RingReducer
+from .hierarchical import HierarchicalReducer
+from .parameter_server import ParameterServerReducer, ShardedParameterServerReducer
+from .auto import AutoReducer
+from .async_server import AsyncParameterServer, ParameterServerTimeout
+from .base import DTYPES, OPS, Reducer
 
-SEGMENT_BYTES = 256 << 10
 
-REDUCERS = {
-    "mpi": MPIReducer,
-    "ring": RingReducer,
-    "ring-seg": lambda comm=None, check=True, segment_bytes=SEGMENT_BYTES, **options: RingReducer(
-        comm, check, segment_bytes=segment_bytes, **options),
-    "rd": RecursiveDoublingReducer,
-    "hier": HierarchicalReducer,
-    "ps": ParameterServerReducer,
-    "ps-sharded": ShardedParameterServerReducer,
-    "auto": AutoReducer,
-}
+class RegisteredReducers(Mapping):
+    """The registered reducers, name -> class, in registration order (a live view of the registry)."""
+
+    def __getitem__(self, name):
+        if unknown("reducer", name):
+            raise KeyError(name)
+        return lookup("reducer", name)
+
+    def __contains__(self, name):
+        return unknown("reducer", name) is None
+
+    def __iter__(self):
+        return iter(names("reducer"))
+
+    def __len__(self):
+        return len(names("reducer"))
+
+    def __repr__(self):
+        return f"REDUCERS({', '.join(self)})"
+
+
+REDUCERS = RegisteredReducers()
 
 
 def get_reducer(name="auto", comm=None, **options):
-    """A reducer by name (see the module docstring); ``options`` go to its constructor."""
-    if name not in REDUCERS:
-        raise ValueError(f"unknown reducer {name!r}; choose one of {', '.join(REDUCERS)}")
-    return REDUCERS[name](comm=comm, **options)
+    """A reducer by registered name (see the module docstring); ``options`` go to its constructor."""
+    try:
+        reducer_class = lookup("reducer", name)
+    except RegistryError as error:
+        raise RegistryError(f"unknown reducer {name!r}; {error}") from None
+    return reducer_class(comm=comm, **options)
 
 
 __all__ = ["AsyncParameterServer", "AutoReducer", "DTYPES", "HierarchicalReducer", "MPIReducer", "OPS",
-           "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS", "RecursiveDoublingReducer", "Reducer", "RingReducer",
-           "ShardedParameterServerReducer", "chunk_bounds", "get_reducer"]
+           "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS", "RecursiveDoublingReducer", "Reducer",
+           "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer", "ShardedParameterServerReducer", "chunk_bounds",
+           "get_reducer"]

@@ -9,11 +9,11 @@ staleness of every update (the asynchronous-SGD work uses this).
                  model, version = ps.pull(); ...; ps.push(update, version); ...
     server:  stats = ps.serve(model, apply, idle_timeout=None)   # returns once every worker has closed
 
-Protocol (tags on a private duplicate of the communicator): PUSH carries an
-8-byte version and the update; PULL asks for the model, answered by MODEL with
-the version and the model; DONE says the worker will send nothing more.  The
-server exits after a DONE from every worker, so workers that never push (idle
-workers) still shut the server down cleanly.
+Protocol (tags from :mod:`.tags`, on a private duplicate of the communicator):
+PUSH carries an 8-byte version and the update; PULL asks for the model,
+answered by MODEL with the version and the model; DONE says the worker will
+send nothing more. The server exits after a DONE from every worker, so workers
+that never push (idle workers) still shut the server down cleanly.
 
 Shutdown: a worker sends DONE exactly once, the first time one of these
 happens: ``close()``, the end of its ``with`` block, ``free()``, its object
@@ -54,8 +54,8 @@ from mpi4py import MPI
 
 from ..core.comm import check_collectively, resolve_comm
 from .base import DTYPE_CODES
+from .tags import ASYNC_DONE as TAG_DONE, ASYNC_MODEL as TAG_MODEL, ASYNC_PULL as TAG_PULL, ASYNC_PUSH as TAG_PUSH
 
-TAG_PUSH, TAG_PULL, TAG_MODEL, TAG_DONE = 40, 41, 42, 43
 HEADER = 8
 SPIN_PROBES, YIELD_EVERY = 1000, 4
 FIRST_PAUSE, LAST_PAUSE = 20e-6, 1e-3

@@ -11,9 +11,15 @@ Measured on a 2-core machine at 2 and 4 ranks (docs/collectives.md):
   the ring is used (1.0-2.2x MPI from 1 MiB).
 
 Pass your own threshold after running benchmarks/allreduce.py on your machine.
+
+The other operations go the same way, by the bytes they move:
+``reduce_scatter`` and ``allgather``/``allgatherv`` (by the size of the
+gathered vector) call the chosen reducer's, so the costs are those of
+``mpi``, ``hier`` or ``ring``.
 """
 from mpi4py import MPI
 
+from ..core.registry import register
 from .base import Reducer
 from .hierarchical import HierarchicalReducer
 from .mpi import MPIReducer
@@ -24,13 +30,14 @@ SMALL_BYTES = 64 << 10
 SMALL = {"mpi": MPIReducer, "rd": RecursiveDoublingReducer}
 
 
+@register("reducer", "auto")
 class AutoReducer(Reducer):
     name = "auto"
 
     def __init__(self, comm=None, check=True, small_bytes=SMALL_BYTES, small="mpi", node_of=None):
-        super().__init__(comm, check)
         if small not in SMALL:
             raise ValueError(f"small must be one of {', '.join(SMALL)}, got {small!r}")
+        super().__init__(comm, check)
         self.small_bytes = int(small_bytes)
         self.small = SMALL[small](self.comm, check=False)
         hierarchical = HierarchicalReducer(self.comm, check=False, node_of=node_of)
@@ -40,12 +47,26 @@ class AutoReducer(Reducer):
             hierarchical.close()
             self.large = RingReducer(self.comm, check=False)
 
+    @classmethod
+    def model(cls, p, nbytes, fitted, small_bytes=SMALL_BYTES, small="mpi"):
+        """The model of the reducer chosen at this size: hier when some node holds several ranks
+        (``p > fitted.nodes``), else the ring."""
+        if nbytes < small_bytes:
+            return SMALL[small].model(p, nbytes, fitted)
+        return (HierarchicalReducer if p > fitted.nodes else RingReducer).model(p, nbytes, fitted)
+
     def choose(self, nbytes):
         """The reducer used for a buffer of ``nbytes``."""
         return self.small if nbytes < self.small_bytes else self.large
 
     def _allreduce_into(self, source, out, ufunc):
         self.choose(out.nbytes)._allreduce_into(source, out, ufunc)
+
+    def _reduce_scatter_into(self, source, out, bounds, ufunc):
+        self.choose(source.nbytes)._reduce_scatter_into(source, out, bounds, ufunc)
+
+    def _allgather_into(self, out, bounds):
+        self.choose(out.nbytes)._allgather_into(out, bounds)
 
     def close(self):
         super().close()

@@ -1,39 +1,65 @@
-"""The reducer interface shared by every all-reduce algorithm.
+"""The reducer interface, shared by every collective algorithm.
 
 A reducer is built once for a communicator and called many times:
 
     reducer = get_reducer("ring", comm)
     out = reducer.allreduce(sendbuf)                 # a new array
     reducer.allreduce(buf, buf, op="max")            # in place
-    chunk = reducer.reduce_scatter(sendbuf)          # this rank's reduced chunk (ring, ps-sharded)
-    full = reducer.allgather(chunk, count)           # the inverse
+    chunk = reducer.reduce_scatter(sendbuf)          # this rank's chunk of the reduction
+    full = reducer.allgather(chunk)                  # the inverse: every rank's chunk, concatenated
+    payloads, counts = reducer.allgatherv(payload)   # contributions of any length, concatenated
 
-Buffers are contiguous numpy arrays of float64, float32, float16, int32 or
-int64; ops are sum, max, min and mean (mean for floating types only).  The data
-travel as raw bytes and are reduced with numpy, so every dtype takes the same
-path.  Scratch buffers are allocated once per size and reused across calls.
+Every registered reducer provides all four operations.  A subclass writes the
+algorithm into hooks; the base class validates, allocates and divides:
 
-With ``check=True`` (the default) each call first runs one small
-MPI_Allreduce over (length, dtype, op), so buffers that disagree across ranks
-raise the same CollectiveError on every rank instead of hanging; solvers whose
-sizes are fixed by construction pass ``check=False`` for the hot loop.
+==================  =====================================================  ==========================
+operation           returns                                                hook (default)
+==================  =====================================================  ==========================
+``allreduce``       the reduction of every rank's ``sendbuf``              ``_allreduce_into`` (copy,
+                                                                           then ``_allreduce_inplace``)
+``reduce_scatter``  chunk ``rank`` (``offsets(count, p)``) of the same     ``_reduce_scatter_into``
+                                                                           (all-reduce, keep the chunk)
+``allgather``       the full vector from every rank's ``offsets`` chunk    ``_allgather_into``
+                                                                           (MPI_Allgatherv)
+``allgatherv``      (concatenation in rank order, counts per rank)         ``_allgather_into``
+==================  =====================================================  ==========================
+
+Chunks follow :func:`mpiopt.core.partition.offsets`: the first ``count % p``
+ranks hold one element more, and ranks beyond ``count`` hold none.  The
+fallbacks cost one all-reduce of the reducer's own algorithm plus a copy of
+n/p elements (``reduce_scatter``), or MPI_Allgatherv, about
+log2(p) alpha + (p-1)/p n beta (``allgather``, ``allgatherv``).
+
+Buffers are contiguous numpy arrays of float64, float32, float16, int32, int64,
+uint8 or int8; ops are sum, max, min and mean (mean for floating types only).
+Integer sums wrap around as numpy's (and MPI's) do.  The data travel as raw
+bytes and are reduced with numpy, so every dtype takes the same path.  Scratch
+buffers are allocated once per size and reused across calls.
+
+Each reducer works on its own ``comm.Dup()``, freed by :meth:`Reducer.close`:
+its messages can never match one of the user's (or another reducer's), whatever
+their tags; the tags themselves come from one table (:mod:`.tags`).
+
+With ``check=True`` (the default) each ``allreduce`` and ``reduce_scatter``
+first runs one small MPI_Allreduce over (length, dtype, op), so buffers that
+disagree across ranks raise the same CollectiveError on every rank instead of
+hanging; solvers whose sizes are fixed by construction pass ``check=False``
+for the hot loop.  ``allgatherv`` (and ``allgather`` without ``count``) must
+exchange the lengths anyway, so they always check, at no extra cost.
+
+Each reducer class also carries its cost model, :meth:`Reducer.model`: the
+alpha-beta-gamma prediction of one all-reduce (see :mod:`.models`).
 """
 import numpy as np
 from mpi4py import MPI
 
-from ..core.comm import CollectiveError, resolve_comm
+from ..core.comm import CollectiveError, check_collectively, resolve_comm
+from ..core.partition import offsets
 
-DTYPES = (np.float64, np.float32, np.float16, np.int32, np.int64)
+DTYPES = (np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8)
 DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(DTYPES, start=1)}
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "mean": np.add}
 OP_CODES = {name: code for code, name in enumerate(OPS, start=1)}
-
-
-def chunk_bounds(count, parts):
-    """Element offsets [0, ..., count] splitting ``count`` into ``parts`` near-equal chunks."""
-    base, extra = divmod(count, parts)
-    sizes = [base + (i < extra) for i in range(parts)]
-    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64).tolist()
 
 
 def as_bytes(array):
@@ -41,17 +67,35 @@ def as_bytes(array):
     return array.reshape(-1).view(np.uint8)
 
 
+def _dtype_name(code):
+    return np.dtype(DTYPES[code - 1]).name
+
+
 class Reducer:
-    """Base class: argument handling, the collective check, scratch buffers."""
+    """Base class: the interface, argument handling, the collective check, scratch buffers,
+    the private communicator.
+
+    Subclasses set ``name``, register themselves with
+    ``mpiopt.core.registry.register("reducer", name)`` and implement at least
+    ``_allreduce_inplace(buffer, ufunc)`` (or ``_allreduce_into``); the other
+    hooks have correct fallbacks (see the module docstring).
+    """
 
     name = "base"
 
     def __init__(self, comm=None, check=True):
-        self.comm = resolve_comm(comm)
+        self.comm = resolve_comm(comm).Dup()
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.check = check
         self._scratch = {}
+
+    @classmethod
+    def model(cls, p, nbytes, fitted):
+        """Predicted seconds of one all-reduce of ``nbytes`` over ``p`` ranks, or None when there
+        is no model.  ``fitted`` has ``alpha``, ``beta``, ``gamma``, ``copy`` (seconds per
+        message or per byte) and ``nodes``, as :class:`mpiopt.collectives.models.Fitted`."""
+        return None
 
     # -- helpers -----------------------------------------------------------
     def scratch(self, key, count, dtype):
@@ -63,18 +107,33 @@ class Reducer:
             self._scratch[(key, dtype)] = buffer
         return buffer[:count]
 
-    def _local_problem(self, sendbuf, recvbuf, op):
-        if not isinstance(sendbuf, np.ndarray):
-            return f"sendbuf must be a numpy array, got {type(sendbuf).__name__}"
-        if sendbuf.dtype not in DTYPE_CODES:
-            return (f"dtype {sendbuf.dtype} is not supported; use one of "
+    def _agree_on_options(self, problem, options):
+        """Check constructor options collectively; on failure free the private communicator first."""
+        try:
+            check_collectively(self.comm, problem, options)
+        except CollectiveError:
+            self.close()
+            raise
+
+    @staticmethod
+    def _array_problem(array, what):
+        if not isinstance(array, np.ndarray):
+            return f"{what} must be a numpy array, got {type(array).__name__}"
+        if array.dtype not in DTYPE_CODES:
+            return (f"dtype {array.dtype} is not supported; use one of "
                     f"{', '.join(np.dtype(t).name for t in DTYPES)}")
+        if not array.flags.c_contiguous:
+            return f"{what} must be C-contiguous"
+        return None
+
+    def _local_problem(self, sendbuf, recvbuf, op):
+        problem = self._array_problem(sendbuf, "sendbuf")
+        if problem:
+            return problem
         if op not in OPS:
             return f"op must be one of {', '.join(OPS)}, got {op!r}"
         if op == "mean" and sendbuf.dtype.kind != "f":
             return f"op 'mean' needs a floating dtype, got {sendbuf.dtype}; use 'sum'"
-        if not sendbuf.flags.c_contiguous:
-            return "sendbuf must be C-contiguous"
         if recvbuf is not None and recvbuf is not sendbuf:
             if not isinstance(recvbuf, np.ndarray) or recvbuf.dtype != sendbuf.dtype \
                     or recvbuf.size != sendbuf.size or not recvbuf.flags.c_contiguous:
@@ -83,7 +142,7 @@ class Reducer:
                         f"{getattr(recvbuf, 'size', '?')}")
         return None
 
-    def _collective_check(self, sendbuf, recvbuf, op):
+    def _collective_check(self, sendbuf, recvbuf, op, operation):
         """One small MPI_Allreduce: every rank learns whether any rank's call is bad or differs."""
         problem = self._local_problem(sendbuf, recvbuf, op)
         if problem is None:
@@ -100,19 +159,39 @@ class Reducer:
             gathered = self.comm.allgather((problem, mine))
             if failed:
                 raise CollectiveError({rank: bad for rank, (bad, _) in enumerate(gathered) if bad})
-            raise CollectiveError({rank: f"{self.name} allreduce arguments differ across ranks: {arguments}"
+            raise CollectiveError({rank: f"{self.name} {operation} arguments differ across ranks: {arguments}"
                                    for rank, (_, arguments) in enumerate(gathered)})
 
-    def _prepare(self, sendbuf, recvbuf, op):
+    def _prepare(self, sendbuf, recvbuf, op, operation="allreduce"):
         """Validate (collectively when ``check``); return the flat output array, not yet filled."""
         if self.check:
-            self._collective_check(sendbuf, recvbuf, op)
+            self._collective_check(sendbuf, recvbuf, op, operation)
         else:
             problem = self._local_problem(sendbuf, recvbuf, op)
             if problem:
                 raise ValueError(f"rank {self.rank}: {problem}")
         out = np.empty_like(sendbuf) if recvbuf is None else recvbuf
         return out.reshape(-1)
+
+    def _gather_lengths(self, array, problem, operation, count=-1):
+        """Every rank's length, by one MPI_Allgather of (problem?, length, dtype, count).
+
+        A problem on any rank, or dtypes (or ``count``) that differ, raise the
+        same CollectiveError on every rank."""
+        valid = problem is None
+        row = np.array([not valid, array.size if valid else -1,
+                        DTYPE_CODES[array.dtype] if valid else -1, count], dtype=np.int64)
+        table = np.empty((self.size, row.size), dtype=np.int64)
+        self.comm.Allgather(row, table)
+        if table[:, 0].any():
+            problems = self.comm.allgather(problem)
+            raise CollectiveError({rank: bad for rank, bad in enumerate(problems) if bad})
+        if (table[:, 2] != table[0, 2]).any() or (table[:, 3] != table[0, 3]).any():
+            raise CollectiveError({
+                rank: f"{self.name} {operation} arguments differ across ranks: dtype {_dtype_name(code)}"
+                      + (f", count {rank_count}" if rank_count >= 0 else "")
+                for rank, (_, _, code, rank_count) in enumerate(table.tolist())})
+        return table[:, 1].tolist()
 
     # -- the interface -----------------------------------------------------
     def allreduce(self, sendbuf, recvbuf=None, op="sum"):
@@ -128,6 +207,65 @@ class Reducer:
             out /= out.dtype.type(self.size)
         return out.reshape(sendbuf.shape)
 
+    def reduce_scatter(self, sendbuf, op="sum"):
+        """This rank's chunk of the reduction of every rank's ``sendbuf`` (all of the same
+        length n): elements ``offsets(n, p)[rank]`` to ``offsets(n, p)[rank + 1]``, a new 1-D array."""
+        flat = self._prepare(sendbuf, None, op, "reduce_scatter")
+        bounds = offsets(flat.size, self.size)
+        out = np.empty(bounds[self.rank + 1] - bounds[self.rank], dtype=sendbuf.dtype)
+        source = sendbuf.reshape(-1)
+        if self.size > 1 and flat.size:
+            self._reduce_scatter_into(source, out, bounds, OPS[op])
+        else:
+            np.copyto(out, source[bounds[self.rank]:bounds[self.rank + 1]])
+        if op == "mean":
+            out /= out.dtype.type(self.size)
+        return out
+
+    def allgather(self, chunk, count=None):
+        """The full vector of ``count`` elements from every rank's chunk: rank r passes chunk r of
+        ``offsets(count, p)`` (what :meth:`reduce_scatter` returned).  Without ``count`` the
+        lengths are exchanged (and checked) first; with it they are checked when ``check``."""
+        problem = self._array_problem(chunk, "chunk")
+        if problem is None and count is not None:
+            if not isinstance(count, (int, np.integer)) or count < 0:
+                problem = f"count must be an integer >= 0, got {count!r}"
+            else:
+                mine = offsets(count, self.size)
+                expected = mine[self.rank + 1] - mine[self.rank]
+                if chunk.size != expected:
+                    problem = f"chunk must have {expected} elements for count {count}, got {chunk.size}"
+        if count is None or self.check:
+            lengths = self._gather_lengths(chunk, problem, "allgather", -1 if count is None else int(count))
+            count = sum(lengths)
+            bounds = offsets(count, self.size)
+            wrong = {rank: f"chunk has {length} elements; chunk {rank} of {count} elements over "
+                           f"{self.size} ranks has {bounds[rank + 1] - bounds[rank]}"
+                     for rank, length in enumerate(lengths) if length != bounds[rank + 1] - bounds[rank]}
+            if wrong:
+                raise CollectiveError(wrong)
+        elif problem:
+            raise ValueError(f"rank {self.rank}: {problem}")
+        return self._gather(chunk, offsets(int(count), self.size))
+
+    def allgatherv(self, sendbuf):
+        """(every rank's contribution concatenated in rank order, the list of their lengths).
+
+        Contributions are flattened, may have any length (0 included) and share
+        one dtype; the lengths are exchanged (and checked) first."""
+        lengths = self._gather_lengths(sendbuf, self._array_problem(sendbuf, "sendbuf"), "allgatherv")
+        bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
+        return self._gather(sendbuf, bounds), lengths
+
+    def _gather(self, block, bounds):
+        """Place this rank's ``block`` at ``bounds[rank]`` of a new array and gather the others."""
+        out = np.empty(bounds[-1], dtype=block.dtype)
+        out[bounds[self.rank]:bounds[self.rank + 1]] = block.reshape(-1)
+        if self.size > 1 and out.size:
+            self._allgather_into(out, bounds)
+        return out
+
+    # -- the hooks ---------------------------------------------------------
     def _allreduce_into(self, source, out, ufunc):
         """Reduce ``source`` into ``out`` (which may be ``source``); by default copy, then in place."""
         if out.ctypes.data != source.ctypes.data:
@@ -135,11 +273,28 @@ class Reducer:
         self._allreduce_inplace(out, ufunc)
 
     def _allreduce_inplace(self, buffer, ufunc):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _allreduce_inplace or _allreduce_into")
+
+    def _reduce_scatter_into(self, source, out, bounds, ufunc):
+        """Put chunk ``rank`` of the reduction into ``out``; by default all-reduce, then keep the chunk."""
+        full = self.scratch("reduce-scatter", source.size, source.dtype)
+        self._allreduce_into(source, full, ufunc)
+        np.copyto(out, full[bounds[self.rank]:bounds[self.rank + 1]])
+
+    def _allgather_into(self, out, bounds):
+        """Fill every rank's block of ``out`` (rank r's is ``bounds[r]:bounds[r + 1]``; this rank's is
+        already there); by default MPI_Allgatherv on the bytes."""
+        itemsize = out.itemsize
+        counts = [(bounds[r + 1] - bounds[r]) * itemsize for r in range(self.size)]
+        displacements = [bounds[r] * itemsize for r in range(self.size)]
+        self.comm.Allgatherv(MPI.IN_PLACE, [as_bytes(out), counts, displacements, MPI.BYTE])
 
     def close(self):
-        """Release scratch buffers and any communicators or windows the reducer owns."""
+        """Release scratch buffers, the private communicator and anything else the reducer owns."""
         self._scratch.clear()
+        if self.comm != MPI.COMM_NULL:
+            self.comm.Free()
+            self.comm = MPI.COMM_NULL
 
     def __enter__(self):
         return self

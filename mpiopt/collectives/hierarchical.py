@@ -21,12 +21,18 @@ and writes n bytes:
 window: reducing it in place costs only step 2 (zero copy), which is how a
 training loop should hold its gradient buckets.  Any other buffer is copied
 into a scratch window first and copied out afterwards (2 n c more).
+
+The other operations take the base class's fallbacks: ``reduce_scatter`` is
+this all-reduce followed by keeping the rank's chunk (T_hier + n/p c), and
+``allgather``/``allgatherv`` are MPI_Allgatherv on the reducer's communicator.
 """
 import numpy as np
 from mpi4py import MPI
 
 from ..core.comm import check_collectively
-from .base import Reducer, chunk_bounds
+from ..core.partition import offsets
+from ..core.registry import register
+from .base import Reducer
 from .ring import RingReducer
 
 BLOCK_BYTES = 256 << 10  # reduce and fan out in cache-sized blocks
@@ -63,6 +69,7 @@ class SharedSlots:
             self.window = None
 
 
+@register("reducer", "hier")
 class HierarchicalReducer(Reducer):
     """Shared-memory reduction within a node, ring across node leaders.
 
@@ -86,6 +93,14 @@ class HierarchicalReducer(Reducer):
         self.nodes = self.comm.allreduce(int(is_leader))
         self._scratch_slots = None
         self._shared = {}  # address of this rank's slot -> SharedSlots, for shared_buffer arrays
+
+    @classmethod
+    def model(cls, p, nbytes, fitted, in_window=False):
+        """T_hier; ``in_window``: the buffer comes from :meth:`shared_buffer` (no copy in or out)."""
+        n = float(nbytes)
+        leaders = RingReducer.model(fitted.nodes, nbytes, fitted) + n * fitted.copy if fitted.nodes > 1 else 0.0
+        copies = 0.0 if in_window else 2 * n * fitted.copy
+        return 3 * fitted.alpha + n * (fitted.copy + (p - 1) / p * fitted.gamma) + copies + leaders
 
     def shared_buffer(self, count, dtype=np.float64):
         """A zeroed array of ``count`` elements in shared memory (collective over ``comm``).
@@ -125,7 +140,7 @@ class HierarchicalReducer(Reducer):
     def _reduce_slots(self, slots, dtype, count, ufunc):
         typed = slots.typed(dtype, count)
         slots.sync()
-        bounds = chunk_bounds(count, self.local_size)
+        bounds = offsets(count, self.local_size)
         block = max(1, BLOCK_BYTES // np.dtype(dtype).itemsize)
         for lo in range(bounds[self.local_rank], bounds[self.local_rank + 1], block):
             hi = min(lo + block, bounds[self.local_rank + 1])

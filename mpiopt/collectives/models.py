@@ -6,33 +6,38 @@ They are fitted on the machine: alpha and beta from a ping-pong between ranks 0
 and 1 (half the round trip = alpha + n beta; alpha from the messages of at most
 1 KiB, beta from those of at least 64 KiB), gamma and c from timing numpy's add
 and copy on local buffers.
+
+Each reducer class carries its own model, ``Reducer.model(p, nbytes, fitted)``
+with ``fitted`` a :class:`Fitted`; :func:`predict` looks the class up by its
+registered name.
 """
-import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
 
+from ..core.comm import resolve_comm
+from ..core.registry import lookup
+from . import tags
 
-def predict(algorithm, p, nbytes, alpha, beta, gamma, copy=0.0, nodes=1):
-    """Predicted seconds of one all-reduce of ``nbytes`` over ``p`` ranks, or None if no model."""
+
+class Fitted(NamedTuple):
+    """The constants a cost model needs: fitted on this machine, and the nodes the ranks span."""
+
+    alpha: float        # seconds per message
+    beta: float         # seconds per byte on the wire
+    gamma: float        # seconds per byte reduced
+    copy: float = 0.0   # seconds per byte copied (c)
+    nodes: int = 1
+
+
+def predict(name, p, nbytes, alpha, beta, gamma, copy=0.0, nodes=1, **options):
+    """Predicted seconds of one all-reduce of ``nbytes`` over ``p`` ranks by the reducer registered
+    as ``name``, or None if it has no model; ``options`` go to its ``model`` (hier: ``in_window``)."""
     if p <= 1:
         return 0.0
-    n = float(nbytes)
-    if algorithm in ("ring", "ring-seg", "ps-sharded"):
-        return 2 * (p - 1) * alpha + 2 * (p - 1) / p * n * beta + (p - 1) / p * n * gamma
-    if algorithm == "rd":
-        power = 1 << (p.bit_length() - 1)
-        steps = int(math.log2(power))
-        fold = 0.0 if power == p else 2 * (alpha + n * beta) + n * gamma
-        return steps * (alpha + n * beta + n * gamma) + fold
-    if algorithm == "ps":
-        return 2 * (p - 1) * (alpha + n * beta) + (p - 1) * n * gamma
-    if algorithm in ("hier", "hier-shm"):
-        leaders = predict("ring", nodes, nbytes, alpha, beta, gamma) + n * copy if nodes > 1 else 0.0
-        copies = 0.0 if algorithm == "hier-shm" else 2 * n * copy
-        return 3 * alpha + n * (copy + (p - 1) / p * gamma) + copies + leaders
-    return None
+    return lookup("reducer", name).model(p, nbytes, Fitted(alpha, beta, gamma, copy, nodes), **options)
 
 
 def fit_alpha_beta(comm=None, sizes=None, repeats=50):
@@ -40,7 +45,7 @@ def fit_alpha_beta(comm=None, sizes=None, repeats=50):
 
     With one rank there is no wire: returns (0.0, 0.0).
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
+    comm = resolve_comm(comm)
     if comm.Get_size() < 2:
         return 0.0, 0.0
     sizes = sizes or [8 << k for k in range(0, 22, 3)]  # 8 B .. 16 MiB
@@ -54,11 +59,11 @@ def fit_alpha_beta(comm=None, sizes=None, repeats=50):
         start = time.perf_counter()
         for _ in range(count):
             if rank == 0:
-                comm.Send(wire, 1, 30)
-                comm.Recv(wire, 1, 30)
+                comm.Send(wire, 1, tags.PING_PONG)
+                comm.Recv(wire, 1, tags.PING_PONG)
             elif rank == 1:
-                comm.Recv(wire, 0, 30)
-                comm.Send(wire, 0, 30)
+                comm.Recv(wire, 0, tags.PING_PONG)
+                comm.Send(wire, 0, tags.PING_PONG)
         times.append((time.perf_counter() - start) / count / 2)
     times = comm.bcast(times, root=0)
     return _fit(sizes, times)

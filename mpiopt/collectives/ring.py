@@ -15,17 +15,30 @@ alpha-beta-gamma model, for n bytes:
 
     T_ring = 2 (p-1) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma
 
-The segmented variant cuts each chunk into segments and, within a step, posts
-the receive of segment k+1 before reducing segment k, so reduction overlaps
-communication.
+The two halves are also the reducer's ``reduce_scatter`` and ``allgather``
+(the chunks are those of ``offsets(n, p)``), and the all-gather passes blocks
+of any sizes, so ``allgatherv`` is the same ring over the contributions:
+
+    T_reduce_scatter = (p-1) alpha + (p-1)/p n beta + (p-1)/p n gamma   [+ n c: a working copy]
+    T_allgather      = (p-1) alpha + (p-1)/p n beta                     (n: the bytes gathered)
+    T_allgatherv     = (p-1) alpha + beta sum over the p-1 steps of the largest block sent in the step
+
+The segmented variant (``ring-seg``) cuts each chunk into segments and, within
+a step, posts the receive of segment k+1 before reducing segment k, so
+reduction overlaps communication; its all-gather is the plain ring's.
 """
 import numpy as np
 from mpi4py import MPI
 
-from ..core.comm import check_collectively
-from .base import OPS, Reducer, as_bytes, chunk_bounds
+from ..core.partition import offsets
+from ..core.registry import register
+from . import tags
+from .base import Reducer, as_bytes
+
+SEGMENT_BYTES = 256 << 10  # ring-seg's default segment
 
 
+@register("reducer", "ring")
 class RingReducer(Reducer):
     """Bandwidth-optimal ring all-reduce; ``segment_bytes`` > 0 selects the pipelined variant."""
 
@@ -34,16 +47,21 @@ class RingReducer(Reducer):
     def __init__(self, comm=None, check=True, segment_bytes=0):
         super().__init__(comm, check)
         self.segment_bytes = int(segment_bytes)
-        check_collectively(self.comm, None, {"segment_bytes": self.segment_bytes})
+        self._agree_on_options(None, {"segment_bytes": self.segment_bytes})
         self.right = (self.rank + 1) % self.size
         self.left = (self.rank - 1) % self.size
+
+    @classmethod
+    def model(cls, p, nbytes, fitted):
+        n = float(nbytes)
+        return 2 * (p - 1) * fitted.alpha + 2 * (p - 1) / p * n * fitted.beta + (p - 1) / p * n * fitted.gamma
 
     def _exchange_reduce(self, send, receive_into, ufunc):
         """Send ``send`` right; receive the same-size chunk from the left and reduce it into ``receive_into``."""
         incoming = self.scratch("ring", receive_into.size, receive_into.dtype)
         if self.segment_bytes <= 0:
-            self.comm.Sendrecv([as_bytes(send), MPI.BYTE], self.right, 0,
-                               [as_bytes(incoming), MPI.BYTE], self.left, 0)
+            self.comm.Sendrecv([as_bytes(send), MPI.BYTE], self.right, tags.RING_REDUCE,
+                               [as_bytes(incoming), MPI.BYTE], self.left, tags.RING_REDUCE)
             ufunc(receive_into, incoming, out=receive_into)
             return
         per_segment = max(1, self.segment_bytes // receive_into.itemsize)
@@ -51,21 +69,24 @@ class RingReducer(Reducer):
         def cut(count):
             return [(lo, min(lo + per_segment, count)) for lo in range(0, count, per_segment)]
         # Both ends cut a chunk the same way, since they see the same chunk size.
-        sends = [self.comm.Isend([as_bytes(send[lo:hi]), MPI.BYTE], self.right, 1) for lo, hi in cut(send.size)]
+        sends = [self.comm.Isend([as_bytes(send[lo:hi]), MPI.BYTE], self.right, tags.RING_SEGMENT)
+                 for lo, hi in cut(send.size)]
         segments = cut(receive_into.size)
-        receive = self.comm.Irecv([as_bytes(incoming[slice(*segments[0])]), MPI.BYTE], self.left, 1) \
-            if segments else None
+
+        def receive_segment(k):
+            return self.comm.Irecv([as_bytes(incoming[slice(*segments[k])]), MPI.BYTE], self.left, tags.RING_SEGMENT)
+        receive = receive_segment(0) if segments else None
         for k, (lo, hi) in enumerate(segments):
             receive.Wait()
             if k + 1 < len(segments):
-                receive = self.comm.Irecv([as_bytes(incoming[slice(*segments[k + 1])]), MPI.BYTE], self.left, 1)
+                receive = receive_segment(k + 1)
             ufunc(receive_into[lo:hi], incoming[lo:hi], out=receive_into[lo:hi])
         MPI.Request.Waitall(sends)
 
     def reduce_scatter_inplace(self, buffer, ufunc):
         """Ring reduce-scatter; afterwards chunk ``rank`` of ``buffer`` is complete. Returns the bounds."""
         p, r = self.size, self.rank
-        bounds = chunk_bounds(buffer.size, p)
+        bounds = offsets(buffer.size, p)
         for step in range(p - 1):
             send_chunk = (r - step - 1) % p
             receive_chunk = (r - step - 2) % p
@@ -74,44 +95,36 @@ class RingReducer(Reducer):
         return bounds
 
     def allgather_inplace(self, buffer, bounds):
-        """Ring all-gather: rank r contributes chunk r of ``buffer``; afterwards all chunks are everywhere."""
+        """Ring all-gather: rank r contributes block r of ``buffer`` (``bounds[r]:bounds[r + 1]``, any
+        sizes); afterwards every block is everywhere."""
         p, r = self.size, self.rank
         for step in range(p - 1):
             send_chunk = (r - step) % p
             receive_chunk = (r - step - 1) % p
             self.comm.Sendrecv([as_bytes(buffer[bounds[send_chunk]:bounds[send_chunk + 1]]), MPI.BYTE],
-                               self.right, 2,
+                               self.right, tags.RING_GATHER,
                                [as_bytes(buffer[bounds[receive_chunk]:bounds[receive_chunk + 1]]), MPI.BYTE],
-                               self.left, 2)
+                               self.left, tags.RING_GATHER)
 
     def _allreduce_inplace(self, buffer, ufunc):
         bounds = self.reduce_scatter_inplace(buffer, ufunc)
         self.allgather_inplace(buffer, bounds)
 
-    def reduce_scatter(self, sendbuf, op="sum"):
-        """This rank's chunk (``chunk_bounds(len, p)[rank]`` onwards) of the reduction of ``sendbuf``."""
-        work = self._prepare(sendbuf, None, op)
-        np.copyto(work, sendbuf.reshape(-1))
-        bounds = chunk_bounds(work.size, self.size)
-        if self.size > 1 and work.size:
-            self.reduce_scatter_inplace(work, OPS[op])
-        mine = work[bounds[self.rank]:bounds[self.rank + 1]].copy()
-        if op == "mean":
-            mine /= mine.dtype.type(self.size)
-        return mine
+    def _reduce_scatter_into(self, source, out, bounds, ufunc):
+        work = self.scratch("ring-work", source.size, source.dtype)
+        np.copyto(work, source)
+        self.reduce_scatter_inplace(work, ufunc)
+        np.copyto(out, work[bounds[self.rank]:bounds[self.rank + 1]])
 
-    def allgather(self, chunk, count):
-        """Concatenate every rank's chunk (rank r holds ``chunk_bounds(count, p)`` chunk r) on every rank."""
-        bounds = chunk_bounds(count, self.size)
-        mine = bounds[self.rank + 1] - bounds[self.rank]
-        problem = None if getattr(chunk, "size", None) == mine else \
-            f"chunk must have {mine} elements for count {count}, got {getattr(chunk, 'size', None)}"
-        if self.check:
-            check_collectively(self.comm, problem, {"count": count, "dtype": str(chunk.dtype)})
-        elif problem:
-            raise ValueError(f"rank {self.rank}: {problem}")
-        out = np.empty(count, dtype=chunk.dtype)
-        out[bounds[self.rank]:bounds[self.rank + 1]] = chunk
-        if self.size > 1 and count:
-            self.allgather_inplace(out, bounds)
-        return out
+    def _allgather_into(self, out, bounds):
+        self.allgather_inplace(out, bounds)
+
+
+@register("reducer", "ring-seg")
+class SegmentedRingReducer(RingReducer):
+    """The ring with each chunk sent in segments of ``segment_bytes`` (default 256 KiB)."""
+
+    name = "ring-seg"
+
+    def __init__(self, comm=None, check=True, segment_bytes=SEGMENT_BYTES):
+        super().__init__(comm, check, segment_bytes=segment_bytes)

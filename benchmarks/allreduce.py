@@ -21,23 +21,14 @@ of busbw against size (--plot).
 """
 import argparse
 import os
-import re
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from common import printer, size_argument, write_result  # noqa: E402
 from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
-
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-
-
-def size_argument(text):
-    match = re.fullmatch(r"(\d+)([KMG]?)B?", text.strip().upper())
-    if not match:
-        raise argparse.ArgumentTypeError(f"expected a size such as 8, 64K, 256M, got {text!r}")
-    return int(match.group(1)) * UNITS[match.group(2)]
 
 
 def parse_args(argv=None):
@@ -51,7 +42,7 @@ def parse_args(argv=None):
     parser.add_argument("--max-seconds", type=float, default=3.0,
                         help="fewer timed iterations (>= 3) for a size when they would take longer than this")
     parser.add_argument("-d", "--datatype", default="float32",
-                        choices=["float64", "float32", "float16", "int32", "int64"])
+                        choices=["float64", "float32", "float16", "int64", "int32", "int8", "uint8"])
     parser.add_argument("-o", "--op", default="sum", choices=["sum", "max", "min", "mean"])
     parser.add_argument("--reducers", default="mpi,ring,ring-seg,rd,hier,hier-shm,ps,ps-sharded,auto",
                         help="comma-separated reducer names (mpi is always included as the baseline); "
@@ -68,13 +59,13 @@ def main(argv=None):
 
     from mpiopt.collectives import get_reducer
     from mpiopt.collectives.models import fit_alpha_beta, fit_gamma_copy, predict
-    from mpiopt.core.io import check_writable, write_json
+    from mpiopt.core.io import check_writable
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
     check_writable([args.output, args.plot], comm)  # before minutes of work, not after
     p, rank = comm.Get_size(), comm.Get_rank()
-    say = (lambda *a: print(*a, flush=True)) if rank == 0 else (lambda *a: None)
+    say = printer(comm)
     dtype = np.dtype(args.datatype)
     names = ["mpi"] + [n for n in args.reducers.split(",") if n and n != "mpi"]
     reducers = {name: get_reducer("hier" if name == "hier-shm" else name, comm, check=False) for name in names}
@@ -158,14 +149,13 @@ def main(argv=None):
     summary = summarize(rows, names, p)
     if rank == 0:
         print_summary(summary, names)
-        write_json(args.output, {"benchmark": "allreduce", "ranks": p, "nodes": nodes, "datatype": args.datatype,
-                                 "op": args.op, "iters": args.iters, "warmup_iters": args.warmup_iters,
-                                 "fitted": {"alpha": alpha, "beta": beta, "gamma": gamma, "copy": copy},
-                                 "rows": rows, "summary": summary})
-        print(f"# JSON written to {args.output}")
-        if args.plot:
-            plot(rows, names, p, args)
-            print(f"# plot written to {args.plot}")
+    write_result(comm, args.output, {"benchmark": "allreduce", "ranks": p, "nodes": nodes, "datatype": args.datatype,
+                                     "op": args.op, "iters": args.iters, "warmup_iters": args.warmup_iters,
+                                     "fitted": {"alpha": alpha, "beta": beta, "gamma": gamma, "copy": copy},
+                                     "rows": rows, "summary": summary})
+    if rank == 0 and args.plot:
+        plot(rows, names, p, args)
+        print(f"# plot written to {args.plot}")
     return 0
 
 

@@ -279,3 +279,20 @@ def test_the_docs_list_exactly_the_registered_losses_and_penalties():
                 if line.startswith("| `")]
     assert table("Losses and their x-steps") == names("loss")
     assert table("Penalties") == names("penalty")
+
+
+def test_network_predictions_follow_the_alpha_beta_formulas():
+    from mpiopt.collectives.models import Fitted, on_network, predict_compressed
+    fitted = on_network(Fitted(alpha=2e-6, beta=1.0, gamma=1e-10), gbps=10)
+    assert fitted.beta == pytest.approx(8e-10) and fitted.alpha == 2e-6
+    B, p = 4e6, 1000
+    ring = predict_compressed("allreduce", p, B, fitted)
+    assert ring == pytest.approx(2 * 999 * 2e-6 + 2 * 0.999 * B * 8e-10 + 0.999 * B * 1e-10)
+    assert predict_compressed("allreduce", p, B, fitted, rounds=2) == pytest.approx(2 * ring)
+    # A 1% Top-K payload (8 bytes per kept element) gathered by 1,000 ranks costs more than the dense ring.
+    topk = predict_compressed("allgather", p, 0.01 * B * 2, fitted)
+    assert topk == pytest.approx(999 * 2e-6 + 999 * 0.02 * B * 8e-10) and topk > ring
+    assert predict_compressed("two-pass", 2, B, fitted) == pytest.approx(2 * 2e-6 + B * 8e-10)
+    assert predict_compressed("allgather", 1, B, fitted) == 0.0
+    with pytest.raises(ValueError, match="path must be one of"):
+        predict_compressed("tree", p, B, fitted)

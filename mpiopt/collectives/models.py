@@ -10,6 +10,12 @@ and copy on local buffers.
 Each reducer class carries its own model, ``Reducer.model(p, nbytes, fitted)``
 with ``fitted`` a :class:`Fitted`; :func:`predict` looks the class up by its
 registered name.
+
+The same models answer "what if": :func:`on_network` keeps the fitted latency
+and replaces the wire's beta by a link of a given bandwidth (1, 10, 100 Gb/s),
+and :func:`predict_compressed` gives the time of one compressed all-reduce by
+each of the compressed reducer's paths (mpiopt.collectives.compressed) for any
+rank count, so a user can choose a compressor for a cluster they are not on.
 """
 import time
 from typing import NamedTuple
@@ -101,3 +107,35 @@ def fit_gamma_copy(nbytes=32 << 20, repeats=5, dtype=np.float32):
         np.copyto(a, b)
         copy.append(time.perf_counter() - start)
     return float(np.median(add)) / nbytes, float(np.median(copy)) / nbytes
+
+
+def on_network(fitted, gbps):
+    """``fitted`` with the wire replaced by a link of ``gbps`` gigabits per second (beta = 8 / (gbps 1e9) s/B)."""
+    return fitted._replace(beta=8.0 / (gbps * 1e9))
+
+
+PATHS = ("allreduce", "allgather", "two-pass")
+
+
+def predict_compressed(path, p, payload_bytes, fitted, rounds=1):
+    """Seconds on the wire of one compressed all-reduce of ``payload_bytes`` per rank over ``p`` ranks.
+
+    allreduce  (linear payloads, summed as they travel; ring):   rounds * (2 (p-1) alpha + 2 (p-1)/p B beta)
+               plus the reduction of the payload: rounds * (p-1)/p B gamma
+    allgather  (every rank receives every payload):             (p-1) alpha + (p-1) B beta
+    two-pass   (all-to-all of chunks, decode-sum-recompress at the owner, all-gather of the p chunks):
+                                                                2 (p-1) alpha + 2 (p-1)/p B beta
+    The compressor's own compute (compress, decompress, p decodes for
+    allgather) is measured, not modelled, and added by the caller.
+    """
+    if p <= 1:
+        return 0.0
+    alpha, beta, gamma = fitted.alpha, fitted.beta, fitted.gamma
+    if path == "allreduce":
+        return rounds * (2 * (p - 1) * alpha + 2 * (p - 1) / p * payload_bytes * beta
+                         + (p - 1) / p * payload_bytes * gamma)
+    if path == "allgather":
+        return (p - 1) * alpha + (p - 1) * payload_bytes * beta
+    if path == "two-pass":
+        return 2 * (p - 1) * alpha + 2 * (p - 1) / p * payload_bytes * beta
+    raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")

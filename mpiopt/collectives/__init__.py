@@ -22,6 +22,13 @@ same way is available by name to ``get_reducer`` and everything that takes a
 reducer name.  ``REDUCERS`` maps the registered names to their classes, read
 from the registry at each use.
 
+``get_reducer(name, comm, compressor=..., error_feedback=None, mode="auto", **options)``
+returns a :class:`CompressedReducer` (:mod:`.compressed`) whose ``allreduce``
+compresses with a compressor of :mod:`mpiopt.compression` and moves the
+payloads with the reducer ``name``; it counts the bytes each call sent and
+received (``last_bytes_sent``, ``last_bytes_received``, ``bytes_sent``,
+``bytes_received``).
+
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
@@ -38,6 +45,7 @@ from .parameter_server import ParameterServerReducer, ShardedParameterServerRedu
 from .auto import AutoReducer
 from .async_server import AsyncParameterServer, ParameterServerTimeout
 from .base import DTYPES, OPS, Reducer
+from .compressed import CompressedReducer
 
 
 class RegisteredReducers(Mapping):
@@ -64,16 +72,25 @@ class RegisteredReducers(Mapping):
 REDUCERS = RegisteredReducers()
 
 
-def get_reducer(name="auto", comm=None, **options):
-    """A reducer by registered name (see the module docstring); ``options`` go to its constructor."""
+def get_reducer(name="auto", comm=None, compressor=None, **options):
+    """A reducer by registered name (see the module docstring); ``options`` go to its constructor.
+
+    With ``compressor`` (a registered compressor name or object) a :class:`CompressedReducer` over
+    the reducer ``name``: ``error_feedback`` (None: by the compressor), ``mode`` and ``check`` are its
+    own, options the compressor lists go to the compressor, the rest to the reducer ``name``."""
     try:
         reducer_class = lookup("reducer", name)
     except RegistryError as error:
         raise RegistryError(f"unknown reducer {name!r}; {error}") from None
+    if compressor is not None:
+        return CompressedReducer(name, comm, compressor, **options)
+    if "error_feedback" in options:
+        raise TypeError("error_feedback needs a compressor: get_reducer(name, comm, compressor=..., "
+                        "error_feedback=...)")
     return reducer_class(comm=comm, **options)
 
 
-__all__ = ["AsyncParameterServer", "AutoReducer", "DTYPES", "HierarchicalReducer", "MPIReducer", "OPS",
-           "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS", "RecursiveDoublingReducer", "Reducer",
-           "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer", "ShardedParameterServerReducer", "chunk_bounds",
-           "get_reducer"]
+__all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES", "HierarchicalReducer",
+           "MPIReducer", "OPS", "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS",
+           "RecursiveDoublingReducer", "Reducer", "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer",
+           "ShardedParameterServerReducer", "chunk_bounds", "get_reducer"]

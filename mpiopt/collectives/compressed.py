@@ -1,0 +1,273 @@
+"""The compressed reducer: any compressor (:mod:`mpiopt.compression`) over any reducer.
+
+    reducer = get_reducer("ring", comm, compressor="topk", ratio=0.01)   # error feedback: on (biased)
+    out = reducer.allreduce(grad, name="grad")            # op "sum" or "mean"; one name per buffer
+    reducer.last_bytes_sent, reducer.last_bytes_received  # this call's payload bytes, this rank
+    reducer.bytes_sent, reducer.bytes_received            # since construction or reset_counters()
+
+Each call compresses this rank's buffer, moves the payloads by one of three
+paths, and decodes.  B is one rank's payload bytes, p the ranks; the costs are
+the ring's (alpha per message, beta per byte) plus the compressor's compute:
+
+``allreduce`` (the default for linear compressors: none, fp16, randomk, powersgd)
+    The payload (one array in its own dtype) is all-reduced by the inner
+    reducer, summed in compressed form as it travels, and the sum decoded once.
+    PowerSGD takes two such rounds, P then Q (see :mod:`mpiopt.compression.powersgd`).
+    Ring: 2 (p-1) alpha + 2 (p-1)/p B beta per round; fp16's sum is
+    rounded to float16 at each step (docs/compression.md).
+
+``allgather`` (the default for the others: bf16, qsgd, sign, topk)
+    Every rank's payload bytes are all-gathered; each rank decodes the p
+    payloads and adds them in rank order (``accumulate``: sparse payloads add
+    at their indices).  Ring: (p-1) alpha + (p-1) B beta, and p decodes.
+
+``two-pass`` (DeepSpeed's compressed all-reduce, 1-bit Adam; Tang et al. 2021)
+    The buffer is cut into p chunks (``offsets(n, p)``), each compressed on
+    its own (worker error feedback per chunk); an all-to-all sends chunk j's
+    payload to rank j, which decodes and sums the p payloads of its chunk and
+    compresses the sum again (server error feedback); the inner reducer
+    all-gathers the p compressed chunks and every rank decodes them.
+    (p-1) alpha + (p-1)/p B beta for the all-to-all + the ring all-gather of
+    the p re-compressed chunks: about 2 (p-1)/p B bytes, as an uncompressed
+    ring, but the result is compressed twice.
+
+Error feedback (:class:`~mpiopt.compression.ErrorFeedback`) wraps the
+compressor when ``error_feedback`` is true, or by default (None) when the
+compressor is biased and contractive (its ``error_feedback`` flag: sign, topk,
+powersgd, randomk with ``unbiased=False``).  Residuals, warm starts and random
+draws are kept per buffer ``name``; without one a buffer is known by its
+dtype and length (``"float32[1000]"``), so give distinct buffers of the same
+size distinct names.  Each name's calls are counted (the step) and the count
+keys every random draw, so all ranks agree.
+
+**Bytes.**  ``last_bytes_sent`` / ``last_bytes_received`` are the payload
+bytes this rank's messages carried in the last ``allreduce``, derived from the
+algorithm: for the ring (``ring``, ``ring-seg``) the chunk sizes of its
+steps, exactly (``counts_exact`` is True); for other inner reducers the same
+ring formulas (a model: MPI's own algorithms do not say).  The small argument
+checks (one MPI_Allreduce of three integers when ``check``) are not counted.
+``bytes_sent`` / ``bytes_received`` add them up.
+
+``reduce_scatter``, ``allgather`` and ``allgatherv`` go to the inner reducer
+uncompressed (exact, not counted).
+"""
+import numpy as np
+from mpi4py import MPI
+
+from ..compression import ErrorFeedback, get_compressor, pack, unpack
+from ..compression.base import Compressor
+from ..core.partition import offsets
+from ..core.registry import lookup
+from .base import Reducer
+
+MODES = ("auto", "allreduce", "allgather", "two-pass")
+EXACT_COUNTS = ("ring", "ring-seg")
+
+
+def ring_allreduce_bytes(count, itemsize, p, rank):
+    """(sent, received) bytes of rank ``rank`` in the ring all-reduce of ``count`` elements."""
+    if p == 1 or count == 0:
+        return 0, 0
+    bounds = offsets(count, p)
+
+    def chunk(c):
+        return bounds[c % p + 1] - bounds[c % p]
+    sent = sum(chunk(rank - s - 1) + chunk(rank - s) for s in range(p - 1))
+    received = sum(chunk(rank - s - 2) + chunk(rank - s - 1) for s in range(p - 1))
+    return sent * itemsize, received * itemsize
+
+
+def ring_allgather_bytes(block_bytes, rank):
+    """(sent, received) bytes of rank ``rank`` in the ring all-gather of blocks of ``block_bytes``."""
+    p = len(block_bytes)
+    if p == 1 or sum(block_bytes) == 0:
+        return 0, 0
+    sent = sum(block_bytes[(rank - s) % p] for s in range(p - 1))
+    received = sum(block_bytes[(rank - s - 1) % p] for s in range(p - 1))
+    return sent, received
+
+
+class CompressedReducer(Reducer):
+    """``allreduce`` through a compressor (see the module docstring); built by
+    ``get_reducer(name, comm, compressor=..., error_feedback=None, mode="auto", **options)``.
+
+    ``compressor`` is a registered name (its options are taken from ``options``
+    by the names the compressor class lists; the rest go to the inner reducer
+    ``reducer``) or a compressor object (which then belongs to this reducer:
+    its state, such as PowerSGD's warm start, follows this reducer's calls).
+    """
+
+    name = "compressed"
+
+    def __init__(self, reducer="ring", comm=None, compressor="none", error_feedback=None, mode="auto",
+                 check=True, **options):
+        super().__init__(comm, check)
+        self.inner = None
+        try:
+            base, inner_options = self._build_compressor(compressor, options)
+            self.error_feedback = base.error_feedback if error_feedback is None else bool(error_feedback)
+            self.compressor = ErrorFeedback(base) if self.error_feedback else base
+            self.mode = self._resolve_mode(mode, base)
+            self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **inner_options)
+        except Exception:
+            self.close()
+            raise
+        settings = {key: value for key, value in base.settings().items() if key != "worker"}
+        self._agree_on_options(None, {"reducer": reducer, "compressor": base.name, "settings": settings,
+                                      "error_feedback": self.error_feedback, "mode": self.mode})
+        self.counts_exact = reducer in EXACT_COUNTS
+        self._steps = {}
+        self.reset_counters()
+
+    def _build_compressor(self, compressor, options):
+        if not isinstance(compressor, str):
+            if isinstance(compressor, ErrorFeedback):
+                raise ValueError("pass the bare compressor and error_feedback=True; the reducer adds it")
+            if not isinstance(compressor, Compressor):
+                raise TypeError(f"compressor must be a registered name or a Compressor, got {compressor!r}")
+            return compressor, options
+        names = lookup("compressor", compressor).options
+        mine = {key: value for key, value in options.items() if key in names}
+        if "worker" in names:
+            mine.setdefault("worker", self.rank)  # independent noise on every rank
+        return get_compressor(compressor, **mine), {k: v for k, v in options.items() if k not in names}
+
+    @staticmethod
+    def _resolve_mode(mode, compressor):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "auto":
+            return "allreduce" if compressor.linear else "allgather"
+        if mode == "allreduce" and not compressor.linear:
+            raise ValueError(f"compressor {compressor.name!r} is not linear: its payloads cannot be summed "
+                             "as they travel; use mode 'allgather' or 'two-pass'")
+        return mode
+
+    # -- counters -------------------------------------------------------------
+    def reset_counters(self):
+        self.bytes_sent = self.bytes_received = 0
+        self.last_bytes_sent = self.last_bytes_received = 0
+
+    def _count(self, traffic):
+        self.last_bytes_sent += traffic[0]
+        self.last_bytes_received += traffic[1]
+
+    # -- the interface --------------------------------------------------------
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", name=None):
+        """The (approximate) sum or mean of every rank's ``sendbuf`` after compression; ``name`` keys the
+        buffer's error-feedback residual, warm start and random draws (see the module docstring)."""
+        out = self._prepare(sendbuf, recvbuf, op)
+        if op not in ("sum", "mean") or sendbuf.dtype.kind != "f" or sendbuf.dtype == np.float16:
+            raise ValueError(f"rank {self.rank}: compressed allreduce takes float32 or float64 buffers and op "
+                             f"'sum' or 'mean', got {sendbuf.dtype} and {op!r}")
+        key = f"{sendbuf.dtype}[{sendbuf.size}]" if name is None else str(name)
+        step = self._steps.get(key, 0)
+        self._steps[key] = step + 1
+        self.last_bytes_sent = self.last_bytes_received = 0
+        if out.size:
+            path = {"allreduce": self._allreduce_path, "allgather": self._allgather_path,
+                    "two-pass": self._two_pass_path}[self.mode]
+            path(sendbuf, out, key, step)
+        if op == "mean":
+            out /= out.dtype.type(self.size)
+        self.bytes_sent += self.last_bytes_sent
+        self.bytes_received += self.last_bytes_received
+        return out.reshape(sendbuf.shape)
+
+    def reduce_scatter(self, sendbuf, op="sum"):
+        return self.inner.reduce_scatter(sendbuf, op)
+
+    def allgather(self, chunk, count=None):
+        return self.inner.allgather(chunk, count)
+
+    def allgatherv(self, sendbuf):
+        return self.inner.allgatherv(sendbuf)
+
+    # -- the paths --------------------------------------------------------------
+    def _sum(self, payload_array):
+        """The sum over ranks of one linear payload array, by the inner reducer's algorithm, in place."""
+        if self.size > 1 and payload_array.size:
+            self.inner._allreduce_into(payload_array, payload_array, np.add)
+        self._count(ring_allreduce_bytes(payload_array.size, payload_array.itemsize, self.size, self.rank))
+        return payload_array
+
+    def _gather(self, packed, block_bytes):
+        """Every rank's packed payload (rank r's is ``block_bytes[r]`` bytes), concatenated in rank order."""
+        bounds = np.concatenate([[0], np.cumsum(block_bytes)]).astype(np.int64).tolist()
+        self._count(ring_allgather_bytes(block_bytes, self.rank))
+        return self.inner._gather(packed, bounds), bounds
+
+    def _allreduce_path(self, x, out, key, step):
+        compressor = self.compressor
+        if compressor.rounds == 2:
+            (p_payload,), state = compressor.compress_p(x, key, step)
+            p_sum = self._sum(p_payload)
+            if state.rounds == 1:
+                compressor.decompress((p_sum,), state.ctx, out)
+                return
+            (q_payload,) = compressor.compress_q(p_sum, state)
+            compressor.decompress_q(self._sum(q_payload), state, out)
+            return
+        (payload,), ctx = compressor.compress(x, key, step)
+        compressor.decompress((self._sum(payload),), ctx, out)
+
+    def _decode_sum(self, payloads, ctx, out):
+        """out = the decoded payloads added in rank order."""
+        for rank, payload in enumerate(payloads):
+            if rank == 0:
+                self.compressor.decompress(payload, ctx, out)
+            else:
+                self.compressor.accumulate(payload, ctx, out)
+        return out
+
+    def _allgather_path(self, x, out, key, step):
+        payload, ctx = self.compressor.compress(x, key, step)
+        size = ctx.payload_bytes
+        gathered, bounds = self._gather(pack(payload), [size] * self.size)
+        payloads = (payload if rank == self.rank else unpack(gathered[bounds[rank]:bounds[rank + 1]], ctx)
+                    for rank in range(self.size))
+        self._decode_sum(payloads, ctx, out)
+
+    def _two_pass_path(self, x, out, key, step):
+        p, rank, flat = self.size, self.rank, x.reshape(-1)
+        bounds = offsets(flat.size, p)
+        worker = [self.compressor.compress(flat[bounds[j]:bounds[j + 1]], f"{key}/worker{j}", step)
+                  for j in range(p)]
+        sizes = [ctx.payload_bytes for _, ctx in worker]
+        mine = sizes[rank]
+        received = np.empty(p * mine, dtype=np.uint8)
+        self.comm.Alltoallv([pack(tuple(a for payload, _ in worker for a in payload)), sizes,
+                             np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist(), MPI.BYTE],
+                            [received, [mine] * p, [i * mine for i in range(p)], MPI.BYTE])
+        self._count((sum(sizes) - mine, (p - 1) * mine))
+        ctx = worker[rank][1]
+        chunk_sum = self._decode_sum((unpack(received[i * mine:(i + 1) * mine], ctx) for i in range(p)), ctx,
+                                     np.empty(bounds[rank + 1] - bounds[rank], dtype=x.dtype))
+        server_payload, _ = self.compressor.compress(chunk_sum, f"{key}/server{rank}", step)
+        server = [self.compressor.context((bounds[j + 1] - bounds[j],), x.dtype, f"{key}/server{j}", step)
+                  for j in range(p)]
+        gathered, offsets_bytes = self._gather(pack(server_payload), [ctx.payload_bytes for ctx in server])
+        for j in range(p):
+            self.compressor.decompress(unpack(gathered[offsets_bytes[j]:offsets_bytes[j + 1]], server[j]),
+                                       server[j], out[bounds[j]:bounds[j + 1]])
+
+    # -- state ------------------------------------------------------------------
+    def state_dict(self):
+        """The step counts per buffer name and the compressor's state (residuals, warm starts)."""
+        compressor_state = getattr(self.compressor, "state_dict", None)
+        return {"steps": dict(self._steps), "compressor": compressor_state() if compressor_state else {}}
+
+    def load_state_dict(self, state):
+        self._steps = dict(state["steps"])
+        if state.get("compressor"):
+            self.compressor.load_state_dict(state["compressor"])
+
+    def close(self):
+        if self.inner is not None:
+            self.inner.close()
+        super().close()
+
+    def __repr__(self):
+        inner = self.inner.name if self.inner is not None else None
+        return (f"CompressedReducer(reducer={inner!r}, compressor={self.compressor!r}, mode={self.mode!r}, "
+                f"size={self.size})")

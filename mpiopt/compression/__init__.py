@@ -1,0 +1,77 @@
+"""Gradient compressors and error feedback; arrays in, payload arrays out, no MPI inside.
+
+``get_compressor(name, **options)`` returns a registered compressor (kind
+``"compressor"`` in :mod:`mpiopt.core.registry`); see :mod:`.base` for the
+interface and docs/compression.md for the formulas and costs:
+
+============  =========================================  =================  ======  ========
+name          what travels                               bytes (n float32)  linear  unbiased
+============  =========================================  =================  ======  ========
+``none``      the values                                 4 n                yes     yes
+``fp16``      IEEE half                                  2 n                yes     no (rounding)
+``bf16``      bfloat16 as uint16                         2 n                no      no (rounding)
+``qsgd``      per-bucket norms + 8- or 4-bit levels      n or n/2, + 4/bucket  no   yes
+``qsgd8``     ``qsgd`` with bits=8                       n + 4 n/bucket     no      yes
+``qsgd4``     ``qsgd`` with bits=4                       n/2 + 4 n/bucket   no      yes
+``sign``      packed signs + one scale                   n/8 + 4            no      no
+``topk``      k values + k int32 indices                 8 k                no      no
+``randomk``   k values at shared indices                 4 k                yes     yes (scaled)
+``powersgd``  P (rows x r) then Q (cols x r)             4 (rows+cols) r    yes     no
+============  =========================================  =================  ======  ========
+
+``ErrorFeedback(compressor)`` wraps any of them.  ``COMPRESSORS`` maps the
+registered names to their classes, read from the registry at each use.
+"""
+from collections.abc import Mapping
+
+from ..core.registry import RegistryError, lookup, names, unknown
+# Imported in this order, the compressors register their names in this order.
+from .none import NoCompression
+from .fp16 import FP16
+from .bf16 import BF16
+from .qsgd import QSGD, QSGD4, QSGD8
+from .sign import Sign
+from .topk import TopK
+from .randomk import RandomK
+from .powersgd import PowerSGD, PowerSGDRound
+from .error_feedback import ErrorFeedback
+from .base import Compressor, Context, pack, unpack
+
+
+class RegisteredCompressors(Mapping):
+    """The registered compressors, name -> class, in registration order (a live view of the registry)."""
+
+    def __getitem__(self, name):
+        if unknown("compressor", name):
+            raise KeyError(name)
+        return lookup("compressor", name)
+
+    def __iter__(self):
+        return iter(names("compressor"))
+
+    def __len__(self):
+        return len(names("compressor"))
+
+    def __repr__(self):
+        return f"COMPRESSORS({', '.join(self)})"
+
+
+COMPRESSORS = RegisteredCompressors()
+
+
+def get_compressor(name, **options):
+    """A compressor by registered name; ``options`` go to its constructor (unknown ones are refused)."""
+    try:
+        compressor_class = lookup("compressor", name)
+    except RegistryError as error:
+        raise RegistryError(f"unknown compressor {name!r}; {error}") from None
+    unknown_options = sorted(set(options) - set(compressor_class.options))
+    if unknown_options:
+        raise TypeError(f"compressor {name!r} takes {', '.join(compressor_class.options) or 'no options'}; "
+                        f"got {', '.join(unknown_options)}")
+    return compressor_class(**options)
+
+
+__all__ = ["BF16", "COMPRESSORS", "Compressor", "Context", "ErrorFeedback", "FP16", "NoCompression", "PowerSGD",
+           "PowerSGDRound", "QSGD", "QSGD4", "QSGD8", "RandomK", "Sign", "TopK", "get_compressor", "pack",
+           "unpack"]

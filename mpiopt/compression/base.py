@@ -1,0 +1,210 @@
+"""The compressor interface: arrays in, payload arrays out; nothing here knows of MPI.
+
+    compressor = get_compressor("topk", ratio=0.01)
+    payload, ctx = compressor.compress(grad, name="grad")   # payload: a tuple of 1-D arrays
+    approx = compressor.decompress(payload, ctx)            # or decompress(payload, ctx, out=buffer)
+    compressor.accumulate(payload, ctx, total)              # total += the decoded payload
+
+The **payload** is what travels: a tuple of 1-D numpy arrays whose dtypes and
+lengths are listed in ``ctx.parts``, so ``ctx.payload_bytes`` is exactly the
+number of bytes a rank sends for it, and :func:`pack` / :func:`unpack` turn it
+into one contiguous uint8 buffer and back.
+
+The **context** ``ctx`` is small metadata that every rank rebuilds without any
+communication, :meth:`Compressor.context` (shape, dtype, buffer name, step,
+and what follows from them: k, the buckets, Random-K's shared indices, the
+matrix shape of PowerSGD), so a rank decodes another rank's payload of the
+same buffer with its own ``ctx``.
+
+**Steps.** A compressor that draws random numbers keys them on the buffer's
+name and the step: ``compress(x, name, step)``.  Without ``step`` a
+compressor counts the calls per name itself (0, 1, 2, ...); the compressed
+reducer passes its own count so that every rank, and every stage of one call,
+agrees.
+
+**Linear** compressors (``linear = True``) have payloads that can be summed
+element by element as they travel (in their own dtype): the sum of the
+payloads of several ranks, decoded with the shared ``ctx``, is the sum of the
+decoded payloads.  ``unbiased`` says whether E[decompress(compress(x))] = x;
+``error_feedback`` whether the compressed reducer wraps it in
+:class:`~mpiopt.compression.error_feedback.ErrorFeedback` by default (the
+biased, contractive ones).  ``options`` names the constructor's arguments.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FLOAT_DTYPES = (np.float32, np.float64)
+
+
+def buffer_name(name):
+    """The key of a buffer: its name as a string ('' when None)."""
+    return "" if name is None else str(name)
+
+
+@dataclass(frozen=True, eq=False)
+class Context:
+    """What a receiver needs besides the payload; every rank rebuilds it (see the module docstring).
+
+    ``parts`` lists the payload's arrays as (dtype, length); ``info`` holds the
+    compressor's own derived values (k, buckets, indices, matrix shape)."""
+
+    shape: tuple
+    dtype: np.dtype
+    name: str
+    step: int
+    parts: tuple
+    info: dict = field(default_factory=dict)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def payload_bytes(self):
+        return sum(np.dtype(dtype).itemsize * int(count) for dtype, count in self.parts)
+
+
+def pack(payload, out=None):
+    """The payload's arrays, one after the other, as one contiguous uint8 buffer (or into ``out``)."""
+    total = sum(part.nbytes for part in payload)
+    out = np.empty(total, dtype=np.uint8) if out is None else out
+    start = 0
+    for part in payload:
+        out[start:start + part.nbytes] = part.reshape(-1).view(np.uint8)
+        start += part.nbytes
+    return out
+
+
+def unpack(buffer, ctx):
+    """The payload tuple from a buffer written by :func:`pack`, as views (no copies), by ``ctx.parts``."""
+    parts, start = [], 0
+    for dtype, count in ctx.parts:
+        nbytes = np.dtype(dtype).itemsize * int(count)
+        parts.append(buffer[start:start + nbytes].view(dtype))
+        start += nbytes
+    if start != buffer.size:
+        raise ValueError(f"a payload of {ctx.payload_bytes} bytes for buffer {ctx.name!r} "
+                         f"(step {ctx.step}) cannot come from {buffer.size} bytes")
+    return tuple(parts)
+
+
+class Compressor:
+    """Base class: argument checks, step counting, ``decompress``/``accumulate`` around the hooks.
+
+    A subclass sets ``name``, the flags and ``options``, registers itself with
+    ``register("compressor", name)`` and implements ``context(shape, dtype,
+    name, step)``, ``encode(flat, ctx)`` (a tuple of arrays that do not alias
+    ``flat``) and ``decode(payload, ctx, flat_out)``; ``accumulate`` may be
+    replaced by a cheaper one (the sparse compressors add at their indices).
+    """
+
+    name = "base"
+    linear = False
+    unbiased = False
+    error_feedback = False
+    rounds = 1
+    options = ()
+
+    def __init__(self):
+        self._steps = {}
+        self._scratch = {}
+
+    # -- the interface -----------------------------------------------------
+    def context(self, shape, dtype, name=None, step=0):
+        raise NotImplementedError(f"{type(self).__name__} must implement context")
+
+    def compress(self, x, name=None, step=None):
+        """(payload, ctx) for the array ``x`` (float32 or float64, any shape, contiguous)."""
+        x = self.check_input(x)
+        ctx = self.context(x.shape, x.dtype, name, self.next_step(name, step))
+        return self.encode(x.reshape(-1), ctx), ctx
+
+    def decompress(self, payload, ctx, out=None):
+        """The decoded array (shape and dtype of ``ctx``), or written into ``out`` (any shape with
+        ``ctx.size`` elements, floating), which is returned."""
+        out = self._output(ctx, out)
+        self.decode(payload, ctx, out.reshape(-1))
+        return out
+
+    def accumulate(self, payload, ctx, out, subtract=False):
+        """``out += decoded`` (``-=`` with ``subtract``); by default decode into a scratch buffer, then add."""
+        flat = self._output(ctx, out).reshape(-1)
+        decoded = self.scratch("accumulate", flat.size, flat.dtype)
+        self.decode(payload, ctx, decoded)
+        (np.subtract if subtract else np.add)(flat, decoded, out=flat)
+        return out
+
+    def payload_bytes(self, shape, dtype=np.float32):
+        """The exact bytes of the payload of one array of ``shape`` (an int is a 1-D length)."""
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        return self.context(shape, np.dtype(dtype)).payload_bytes
+
+    def settings(self):
+        """The constructor's arguments (for logs, results and the reducer's cross-rank check)."""
+        return {option: getattr(self, option) for option in self.options}
+
+    # -- hooks -------------------------------------------------------------
+    def encode(self, flat, ctx):
+        raise NotImplementedError(f"{type(self).__name__} must implement encode")
+
+    def decode(self, payload, ctx, flat_out):
+        raise NotImplementedError(f"{type(self).__name__} must implement decode")
+
+    # -- helpers -----------------------------------------------------------
+    def next_step(self, name, step):
+        """``step`` when given, else this compressor's own count of calls for ``name``."""
+        key = buffer_name(name)
+        if step is None:
+            step = self._steps.get(key, 0)
+        self._steps[key] = int(step) + 1
+        return int(step)
+
+    def make_context(self, shape, dtype, name, step, parts, **info):
+        return Context(tuple(int(n) for n in shape), np.dtype(dtype), buffer_name(name), int(step),
+                       tuple((np.dtype(d), int(c)) for d, c in parts), info)
+
+    def scratch(self, key, count, dtype):
+        """A reusable buffer of ``count`` elements (one per key and dtype)."""
+        dtype = np.dtype(dtype)
+        buffer = self._scratch.get((key, dtype))
+        if buffer is None or buffer.size < count:
+            buffer = np.empty(max(count, 1), dtype=dtype)
+            self._scratch[(key, dtype)] = buffer
+        return buffer[:count]
+
+    def check_input(self, x):
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{self.name}: compress takes a numpy array, got {type(x).__name__}")
+        if x.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{self.name}: compress takes float32 or float64 arrays, got {x.dtype}")
+        return np.ascontiguousarray(x)
+
+    def _output(self, ctx, out):
+        if out is None:
+            return np.empty(ctx.shape, dtype=ctx.dtype)
+        if not isinstance(out, np.ndarray) or out.size != ctx.size or out.dtype.kind != "f" \
+                or not out.flags.c_contiguous:
+            raise ValueError(f"{self.name}: out must be a C-contiguous floating array of {ctx.size} elements, "
+                             f"got {getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'size', '?')}")
+        return out
+
+    def __repr__(self):
+        arguments = ", ".join(f"{key}={value!r}" for key, value in self.settings().items())
+        return f"{type(self).__name__}({arguments})"
+
+
+def sparse_count(n, ratio, k):
+    """k of Top-K and Random-K: ``k`` when given (at most n), else round(ratio n), at least 1 when n > 0."""
+    if k is not None:
+        return min(int(k), n)
+    return min(n, max(1, int(round(ratio * n)))) if n else 0
+
+
+def check_sparse_options(name, ratio, k):
+    if k is not None:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+            raise ValueError(f"{name}: k must be an integer >= 0, got {k!r}")
+        return
+    if not 0 < ratio <= 1:
+        raise ValueError(f"{name}: ratio must be in (0, 1], got {ratio!r}")

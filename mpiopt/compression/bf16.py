@@ -1,0 +1,60 @@
+"""``bf16``: bfloat16 (the upper 16 bits of a float32), stored as uint16.
+
+Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training".
+Cost: 2 B per element; a few integer passes each way.  float32's range with
+8 significant bits: relative error at most 2^-8, rounding to nearest with ties
+to even, computed on the float32 bit pattern:
+
+    bits = float32 bits of x;  bf16 = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+NaN stays NaN (quiet), +-inf stays +-inf, values that round beyond the largest
+bfloat16 become +-inf.  float64 input is first rounded to float32.
+
+Not linear here: numpy has no bfloat16 arithmetic, so the compressed reducer
+gathers the payloads and sums the decoded values (in the input's precision).
+"""
+import numpy as np
+
+from ..core.registry import register
+from .base import Compressor
+
+QUIET_NAN = np.uint16(0x7FC0)
+
+
+def float32_to_bf16(x):
+    """uint16 bfloat16 bit patterns of ``x``, rounded to nearest, ties to even."""
+    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (bits >> 16) & np.uint32(1)
+    rounded += bits
+    rounded += np.uint32(0x7FFF)
+    rounded >>= 16
+    out = rounded.astype(np.uint16)
+    nan = np.isnan(bits.view(np.float32))
+    if nan.any():  # the rounding carry may have reached the sign bit: keep the input's sign
+        out[nan] = QUIET_NAN | ((bits[nan] >> 16).astype(np.uint16) & np.uint16(0x8000))
+    return out
+
+
+def bf16_to_float32(bits, out=None):
+    """float32 values of uint16 bfloat16 bit patterns (exact)."""
+    wide = bits.astype(np.uint32)
+    wide <<= 16
+    if out is None:
+        return wide.view(np.float32)
+    np.copyto(out, wide.view(np.float32))
+    return out
+
+
+@register("compressor", "bf16")
+class BF16(Compressor):
+    name = "bf16"
+
+    def context(self, shape, dtype, name=None, step=0):
+        size = int(np.prod(shape, dtype=np.int64))
+        return self.make_context(shape, dtype, name, step, [(np.uint16, size)])
+
+    def encode(self, flat, ctx):
+        return (float32_to_bf16(flat),)
+
+    def decode(self, payload, ctx, flat_out):
+        bf16_to_float32(payload[0], flat_out)

@@ -1,0 +1,110 @@
+"""Error feedback: whatever a compressor drops is added back to the next call for the same buffer.
+
+Seide et al. 2014 ("1-bit SGD"); Stich, Cordonnier and Jaggi 2018; Karimireddy
+et al. 2019 (EF-signSGD); the "memory" of GRACE.  For each buffer name:
+
+    e += x;   payload = C(e);   e -= decompress(payload)
+
+so ``e`` keeps exactly what the payload does not carry, and over T calls the
+decoded payloads add up to the inputs' sum minus the last residual.  Cost: one
+residual array per buffer name (the input's dtype and size) and one decode per
+call (a scatter for the sparse compressors).
+
+``ErrorFeedback(compressor)`` has the compressor's interface (``compress``,
+``decompress``, ``context``, ``accumulate``, flags, and for PowerSGD the two
+rounds: the residual is updated in round 2 with the rank's own P^ Q_i^T) and
+``state_dict`` / ``load_state_dict`` (the residuals, and the compressor's own
+state if it has one) for checkpoints.  The residuals are per buffer name: give
+every buffer its own.
+"""
+import numpy as np
+
+from .base import buffer_name
+
+
+class ErrorFeedback:
+    """Wraps any compressor (see the module docstring)."""
+
+    def __init__(self, compressor):
+        if isinstance(compressor, ErrorFeedback):
+            raise ValueError("the compressor already has error feedback")
+        self.compressor = compressor
+        self._residuals = {}
+
+    # The wrapped compressor's flags and payload format.
+    name = property(lambda self: f"ef-{self.compressor.name}")
+    linear = property(lambda self: self.compressor.linear)
+    unbiased = property(lambda self: False)
+    error_feedback = property(lambda self: True)
+    rounds = property(lambda self: self.compressor.rounds)
+    options = property(lambda self: self.compressor.options)
+
+    def settings(self):
+        return dict(self.compressor.settings(), error_feedback=True)
+
+    def context(self, shape, dtype, name=None, step=0):
+        return self.compressor.context(shape, dtype, name, step)
+
+    def payload_bytes(self, shape, dtype=np.float32):
+        return self.compressor.payload_bytes(shape, dtype)
+
+    def decompress(self, payload, ctx, out=None):
+        return self.compressor.decompress(payload, ctx, out)
+
+    def accumulate(self, payload, ctx, out, subtract=False):
+        return self.compressor.accumulate(payload, ctx, out, subtract)
+
+    # -- compensation --------------------------------------------------------
+    def residual(self, name=None):
+        """The residual kept for buffer ``name`` (None before its first call); the live array."""
+        return self._residuals.get(buffer_name(name))
+
+    def compensate(self, x, name):
+        """``e += x`` for buffer ``name`` (created as zeros on first use); returns ``e``."""
+        key = buffer_name(name)
+        residual = self._residuals.get(key)
+        if residual is None:
+            residual = self._residuals[key] = np.zeros(x.shape, dtype=x.dtype)
+        elif residual.shape != x.shape or residual.dtype != x.dtype:
+            raise ValueError(f"{self.name}: buffer {key!r} had shape {residual.shape} and dtype {residual.dtype}, "
+                             f"now {x.shape} and {x.dtype}; use another name for another buffer")
+        residual += x
+        return residual
+
+    def compress(self, x, name=None, step=None):
+        residual = self.compensate(self.compressor.check_input(x), name)
+        payload, ctx = self.compressor.compress(residual, name, step)
+        self.compressor.accumulate(payload, ctx, residual, subtract=True)
+        return payload, ctx
+
+    # -- PowerSGD's two rounds -------------------------------------------------
+    def compress_p(self, x, name=None, step=None):
+        residual = self.compensate(self.compressor.check_input(x), name)
+        payload, state = self.compressor.compress_p(residual, name, step)
+        if state.rounds == 1:  # sent uncompressed: nothing left behind
+            self.compressor.accumulate(payload, state.ctx, residual, subtract=True)
+        return payload, state
+
+    def compress_q(self, p_sum, state):
+        payload = self.compressor.compress_q(p_sum, state)
+        local = (state.p_hat.reshape(-1), payload[0])
+        self.compressor.accumulate(local, state.ctx, self._residuals[state.ctx.name], subtract=True)
+        return payload
+
+    def decompress_q(self, q_sum, state, out=None):
+        return self.compressor.decompress_q(q_sum, state, out)
+
+    # -- checkpoints -------------------------------------------------------------
+    def state_dict(self):
+        """{"residuals": {name: copy}, "compressor": the compressor's own state_dict or {}}."""
+        inner = getattr(self.compressor, "state_dict", None)
+        return {"residuals": {name: e.copy() for name, e in self._residuals.items()},
+                "compressor": inner() if inner else {}}
+
+    def load_state_dict(self, state):
+        self._residuals = {buffer_name(name): np.array(e) for name, e in state["residuals"].items()}
+        if state.get("compressor") and hasattr(self.compressor, "load_state_dict"):
+            self.compressor.load_state_dict(state["compressor"])
+
+    def __repr__(self):
+        return f"ErrorFeedback({self.compressor!r})"

@@ -1,0 +1,36 @@
+"""``fp16``: IEEE half precision, as Horovod's ``Compression.fp16`` and PyTorch DDP's
+``fp16_compress_hook``.
+
+Cost: 2 B per element (half of float32); one conversion pass each way.
+Relative error at most 2^-11 (round to nearest even) for |x| in the normal
+range [6.1e-5, 65504]; smaller values lose bits gradually (subnormals down to
+6e-8, then 0), larger ones become +-inf.
+
+Linear: float16 payloads are summed as they travel (the compressed reducer's
+ring adds them in float16), so the *sum* must stay below 65504 too and each
+addition rounds to 11 bits: p ranks add up to (p - 1) more roundings.  Divide
+before compressing, reduce with ``op="mean"`` on the decoded values, or use
+``mode="allgather"`` (decoded and summed in the input's precision) when that
+matters; bf16 has float32's range.
+"""
+import numpy as np
+
+from ..core.registry import register
+from .base import Compressor
+
+
+@register("compressor", "fp16")
+class FP16(Compressor):
+    name = "fp16"
+    linear = True
+
+    def context(self, shape, dtype, name=None, step=0):
+        size = int(np.prod(shape, dtype=np.int64))
+        return self.make_context(shape, dtype, name, step, [(np.float16, size)])
+
+    def encode(self, flat, ctx):
+        with np.errstate(over="ignore"):  # beyond 65504: inf, as documented
+            return (flat.astype(np.float16),)
+
+    def decode(self, payload, ctx, flat_out):
+        np.copyto(flat_out, payload[0])

@@ -1,0 +1,71 @@
+"""``randomk``: k entries at indices that every rank draws alike, so payloads add up.
+
+Wangni, Wang, Liu and Zhang 2018, "Gradient Sparsification for
+Communication-Efficient Distributed Optimization"; Stich, Cordonnier and Jaggi
+2018 (Random-K with memory).
+
+The k indices (without replacement, ascending) come from
+``random_stream(seed, "randomk", name, step)``: the same on every rank for the
+same buffer name and step, and new at every step.  Since the indices are
+shared, only the values travel and the payloads of all ranks can be summed as
+they travel: Random-K is linear.  With ``unbiased=True`` (the default) the
+values are scaled by n/k, so E[decoded] = x (variance (n/k - 1) x_i^2 per
+element); with ``unbiased=False`` they are not scaled, the operator is a
+contraction (||decoded - x||^2 has expectation (1 - k/n) ||x||^2) and the
+compressed reducer adds error feedback by default.
+
+    bytes = k itemsize              (float32: 4 k; the indices never travel)
+
+Compute: drawing k of n indices (numpy's ``choice`` without replacement), a
+gather and a scale; decompressing zeroes n and scatters k.  Every rank with the
+same ``seed`` must use the same one (it is the shared part).
+"""
+import numpy as np
+
+from ..core.random import random_stream, seed_problem
+from ..core.registry import register
+from .base import Compressor, check_sparse_options, sparse_count
+
+
+@register("compressor", "randomk")
+class RandomK(Compressor):
+    name = "randomk"
+    linear = True
+    options = ("ratio", "k", "seed", "unbiased")
+
+    def __init__(self, ratio=0.01, k=None, seed=0, unbiased=True):
+        super().__init__()
+        check_sparse_options(self.name, ratio, k)
+        problem = seed_problem(seed)
+        if problem:
+            raise ValueError(f"{self.name}: {problem}")
+        self.ratio, self.k, self.seed, self.unbiased = ratio, k, seed, bool(unbiased)
+        self.error_feedback = not self.unbiased
+
+    def context(self, shape, dtype, name=None, step=0):
+        size = int(np.prod(shape, dtype=np.int64))
+        k = sparse_count(size, self.ratio, self.k)
+        ctx = self.make_context(shape, dtype, name, step, [(dtype, k)], k=k)
+        indices = random_stream(self.seed, "randomk", ctx.name, ctx.step).choice(size, k, replace=False)
+        indices.sort()
+        ctx.info["indices"] = indices
+        ctx.info["scale"] = size / k if (self.unbiased and k) else 1.0
+        return ctx
+
+    def encode(self, flat, ctx):
+        values = flat[ctx.info["indices"]]
+        if ctx.info["scale"] != 1.0:
+            values *= values.dtype.type(ctx.info["scale"])
+        return (values,)
+
+    def decode(self, payload, ctx, flat_out):
+        flat_out.fill(0)
+        flat_out[ctx.info["indices"]] = payload[0]
+
+    def accumulate(self, payload, ctx, out, subtract=False):
+        flat = self._output(ctx, out).reshape(-1)
+        if subtract:
+            flat[ctx.info["indices"]] -= payload[0]
+        else:
+            flat[ctx.info["indices"]] += payload[0]
+        return out

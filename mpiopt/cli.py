@@ -148,6 +148,8 @@ def build_parser():
     group.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: signals only)")
     general.set_defaults(run=run_solve, parser=general)
 
+    _add_train(commands)
+
     slurm = commands.add_parser(
         "slurm", help="render a batch script for a workload, submit it with sbatch, optionally wait",
         description="Render a Slurm batch script (names and paths quoted safely), submit it with sbatch and, "
@@ -167,6 +169,123 @@ def build_parser():
     slurm.add_argument("--wait", action="store_true", help="wait for the job and exit with its exit code")
     slurm.set_defaults(run=run_slurm, workload_args=[], parser=slurm)
     return parser
+
+
+def _widths(text):
+    try:
+        widths = tuple(int(width) for width in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer widths such as 64,32, got {text!r}")
+    return widths
+
+
+def _add_train(commands):
+    from . import data as _data  # noqa: F401 (registers the data sets)
+    from . import models as _models  # noqa: F401 (registers the models)
+    from . import optim as _optim  # noqa: F401 (registers the optimizers)
+    from .collectives import REDUCERS
+    from .core.registry import names
+    from .train import TrainSettings
+    defaults = TrainSettings()
+    train = commands.add_parser(
+        "train", help="data-parallel training of a model on a data set: DDP buckets and overlap, ZeRO stages 1-3",
+        description="Data-parallel training: every rank holds the data set and takes its share of each global "
+                    "batch; gradients are reduced in buckets while the backward pass goes on; --zero-stage shards "
+                    "the optimizer state (1), the gradients (2) and the parameters (3) over the ranks.")
+    train.add_argument("--model", default="mlp", choices=names("model"), help="(default %(default)s)")
+    train.add_argument("--hidden", type=_widths, default=(64,), metavar="W1,W2,...",
+                       help="mlp: hidden layer widths (default 64)")
+    train.add_argument("--alpha", type=float, default=1e-4, help="L2 penalty on the weights (default %(default)s)")
+    train.add_argument("--data", default="digits", choices=names("dataset"), help="data set (default %(default)s)")
+    train.add_argument("--test-fraction", type=float, default=0.25, help="held out for testing (default %(default)s)")
+    train.add_argument("--optimizer", default="adam", choices=names("optimizer"), help="(default %(default)s)")
+    train.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
+    train.add_argument("--momentum", type=float, help="sgd: momentum")
+    train.add_argument("--weight-decay", type=float, help="L2 weight decay in the optimizer")
+    train.add_argument("--epochs", type=int, default=defaults.epochs, help="(default %(default)s)")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                       help="global batch, over all ranks (default %(default)s)")
+    train.add_argument("--seed", type=int, default=defaults.seed, help="order of the batches, starting point, split")
+    train.add_argument("--max-steps", type=int, help="stop after this many steps in all")
+    train.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none")
+    group = train.add_argument_group("communication")
+    group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS),
+                       help="collective algorithm (default %(default)s)")
+    group.add_argument("--compressor", choices=names("compressor"),
+                       help="compress the gradient buckets (default: none)")
+    group.add_argument("--ratio", type=float, help="compressor: fraction of the entries kept (e.g. topk)")
+    group.add_argument("--no-error-feedback", action="store_true", help="compressor: drop what compression loses")
+    group.add_argument("--zero-stage", type=int, default=defaults.zero_stage, choices=(0, 1, 2, 3),
+                       help="0: replicated (DDP); 1: shard optimizer state; 2: and gradients; 3: and parameters "
+                            "(default %(default)s)")
+    group.add_argument("--bucket-bytes", type=_positive_int, default=defaults.bucket_bytes,
+                       help="gradient bucket size (default %(default)s)")
+    group.add_argument("--no-overlap", action="store_true", help="reduce the buckets after the backward pass")
+    group = train.add_argument_group("output")
+    group.add_argument("--output", default="mpiopt_train.json", help="JSON result file (default %(default)s)")
+    group.add_argument("--checkpoint", metavar="FILE.npz",
+                       help="write the training state here (on SIGUSR1, SIGTERM and every --checkpoint-every "
+                            "steps) and resume from it when it exists")
+    group.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: signals only)")
+    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
+    group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
+    group.add_argument("--quiet", action="store_true", help="no training log")
+    train.set_defaults(run=run_train, parser=train)
+
+
+def _built(kind, name, given, always):
+    """(the registered ``kind`` ``name`` built from ``always`` and the ``given`` options it takes, problem).
+
+    ``always`` holds the options every piece of the kind may take (passed when its constructor names
+    them); an option the user gave that it does not take is a problem, as is a constructor's error."""
+    import inspect
+
+    from .core.registry import lookup
+    factory = lookup(kind, name)
+    accepted = inspect.signature(factory).parameters
+    refused = [option for option, value in given.items() if value is not None and option not in accepted]
+    if refused:
+        return None, f"{kind} {name} takes no {', '.join(refused)}"
+    options = {key: value for key, value in {**always, **given}.items() if value is not None and key in accepted}
+    try:
+        return factory(**options), None
+    except (TypeError, ValueError) as error:
+        return None, str(error)
+
+
+def run_train(args, comm):
+    from .core.comm import check_collectively
+    from .core.io import check_writable, write_json
+    from .data import load_dataset
+    from .train import train
+    check_writable(args.output, comm)
+    check_writable(args.checkpoint, comm, what="checkpoint")
+    data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
+    model, problem = _built("model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
+                            {"n_features": data.n_features, "n_classes": data.n_classes, "alpha": args.alpha})
+    optimizer, optimizer_problem = _built("optimizer", args.optimizer,
+                                          {"momentum": args.momentum, "weight_decay": args.weight_decay},
+                                          {"lr": args.lr})
+    check_collectively(comm, problem or optimizer_problem)
+    result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
+                   batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps, time_limit=args.time_limit,
+                   reducer=args.reducer, compressor=args.compressor,
+                   compressor_options={"ratio": args.ratio} if args.ratio is not None else None,
+                   error_feedback=not args.no_error_feedback, zero_stage=args.zero_stage,
+                   bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap, checkpoint=args.checkpoint,
+                   checkpoint_every=args.checkpoint_every, log_every=args.log_every, verbose=not args.quiet,
+                   blas_threads=args.blas_threads)
+    if comm.rank == 0:
+        test = {"rows": data.n_test, "loss": model.loss(result.params, data.X_test, data.y_test)}
+        if data.n_classes and model.n_classes:
+            test["accuracy"] = float((model.predict(result.params, data.X_test) == data.y_test).mean())
+        payload = dict(result.to_dict(), test=test, source={"data": args.data, "test_fraction": args.test_fraction,
+                                                            "seed": args.seed})
+        write_json(args.output, payload)
+        accuracy = f", accuracy {test['accuracy']:.4f}" if "accuracy" in test else ""
+        print(f"trained {result.steps} steps ({result.status}); training loss {result.loss:.6e}; test loss "
+              f"{test['loss']:.6e}{accuracy}; result written to {args.output}")
+    return 3 if result.status == "interrupted" else 0
 
 
 def _settings(args):

@@ -199,6 +199,9 @@ SCRIPTS = [
                                                       "--output", "admm-benchmark.json"]),
     (Path("allreduce-benchmark.sbatch"), "allreduce-benchmark", ["-b", "8", "-e", "256M",
                                                                 "--output", "allreduce-benchmark.json"]),
+    (Path("train.sbatch"), "train", ["--model", "mlp", "--hidden", "256,256", "--data", "digits", "--optimizer",
+                                     "adam", "--epochs", "20", "--batch-size", "256", "--zero-stage", "2",
+                                     "--checkpoint-every", "50", "--output", "train.json"]),
 ]
 
 

@@ -67,6 +67,37 @@ class Model:
     def predict(self, params, X):
         raise NotImplementedError
 
+    def scores(self, params, X):
+        """The model's raw outputs for the rows of ``X`` (what its head turns into a loss)."""
+        raise NotImplementedError
+
+    def layer_bounds(self):
+        """[(start, stop)]: the entries of each layer in the flat vector, in forward order.
+
+        One layer, the whole vector, unless a model overrides it (the MLP: one
+        per ``(W_l, b_l)``).  Trainers that move parameters and gradients layer
+        by layer (overlapped bucket reductions, ZeRO stage 3) read the model
+        through :meth:`loss_and_grad_by_layer`.
+        """
+        return [(0, self.n_params)]
+
+    def loss_and_grad_by_layer(self, fetch, X, y, grad_of, ready):
+        """(loss, scores) of a batch, the parameters and the gradient moved layer by layer.
+
+        Layer l's parameters are read from ``fetch(l)`` (a flat vector of its
+        ``layer_bounds`` entries, asked for just before each use: the forward,
+        then the backward); its gradient is written into ``grad_of(l)`` (a flat
+        writable array of as many entries) and ``ready(l)`` is called as soon as
+        that gradient is complete, layers in backward order.  The gradient is
+        the one :meth:`loss_and_grad` gives, bit for bit.  This default serves
+        a one-layer model.
+        """
+        params = fetch(0)
+        loss, grad = self.loss_and_grad(params, X, y)
+        grad_of(0)[...] = grad
+        ready(0)
+        return loss, self.scores(params, X)
+
     def loss(self, params, X, y):
         """The loss alone (evaluation; computes the gradient too)."""
         return self.loss_and_grad(params, X, y)[0]

@@ -68,38 +68,68 @@ class MLP(Model):
             weight[...] = stream.standard_normal(weight.shape) * np.sqrt(variance)
         return params
 
-    def forward(self, params, X):
-        """The inputs of every layer, [X, h_1, ..., h_{L-1}], and the output scores s."""
+    def layer_bounds(self):
+        """[(start, stop)] of each layer's (W_l, b_l) in the flat vector, in forward order."""
+        ends = np.cumsum(self.sizes).tolist()
+        return [(ends[index] - self.sizes[index], ends[index + 1]) for index in range(0, len(self.sizes), 2)]
+
+    def layer_views(self, number, entries):
+        """(W_l, b_l) as views into ``entries``, the flat entries of layer ``number`` (parameters or a gradient)."""
+        weight_size = self.sizes[2 * number]
+        return entries[:weight_size].reshape(self.shapes[2 * number]), entries[weight_size:]
+
+    def forward_by_layer(self, fetch, X):
+        """The inputs of every layer, [X, h_1, ..., h_{L-1}], and the output scores s; layer l read from ``fetch(l)``."""
         activations = [X]
-        layers = self.layers(params)
-        for weight, bias in layers[:-1]:
+        for number in range(len(self.hidden)):
+            weight, bias = self.layer_views(number, fetch(number))
             hidden = activations[-1] @ weight
             hidden += bias
             np.maximum(hidden, 0.0, out=hidden)
             activations.append(hidden)
-        weight, bias = layers[-1]
+        weight, bias = self.layer_views(len(self.hidden), fetch(len(self.hidden)))
         return activations, activations[-1] @ weight + bias
 
-    def loss_and_grad(self, params, X, y):
-        params, X, y = self.check_batch(params, X, y)
-        activations, scores = self.forward(params, X)
+    def forward(self, params, X):
+        """The inputs of every layer, [X, h_1, ..., h_{L-1}], and the output scores s."""
+        bounds = self.layer_bounds()
+        return self.forward_by_layer(lambda number: params[slice(*bounds[number])], X)
+
+    def loss_and_grad_by_layer(self, fetch, X, y, grad_of, ready):
+        """Backpropagation layer by layer (see :meth:`Model.loss_and_grad_by_layer`): layer l's gradient is
+        complete, and ``ready(l)`` called, before the backward pass moves on to layer l - 1."""
+        X = self.check_inputs(X)
+        y = self.check_targets(y, X.shape[0])
+        activations, scores = self.forward_by_layer(fetch, X)
         if self.n_classes is None:
             loss, score_grad = squared_error(scores[:, 0], y)
             delta = score_grad[:, None]
         else:
             loss, delta = softmax_cross_entropy(scores, y)
-        layers = self.layers(params)
-        grad = np.empty(self.n_params)
-        grad_layers = self.layers(grad)
-        for number in reversed(range(len(layers))):
-            weight_grad, bias_grad = grad_layers[number]
+        penalties = []
+        for number in reversed(range(len(activations))):
+            weight, _ = self.layer_views(number, fetch(number))
+            weight_grad, bias_grad = self.layer_views(number, grad_of(number))
             np.matmul(activations[number].T, delta, out=weight_grad)
             np.sum(delta, axis=0, out=bias_grad)
+            if self.alpha:
+                penalties.append(0.5 * self.alpha * float(np.vdot(weight, weight)))
+                weight_grad += self.alpha * weight
+            ready(number)
             if number:
-                delta = delta @ layers[number][0].T
+                delta = delta @ weight.T
                 delta *= activations[number] > 0
-        weights = [weight for weight, _ in layers]
-        return self.add_penalty(loss, weights, [weight_grad for weight_grad, _ in grad_layers]), grad
+        for penalty in reversed(penalties):  # summed in layer order, as Model.add_penalty does
+            loss += penalty
+        return loss, scores
+
+    def loss_and_grad(self, params, X, y):
+        params, X, y = self.check_batch(params, X, y)
+        grad = np.empty(self.n_params)
+        bounds = self.layer_bounds()
+        loss, _ = self.loss_and_grad_by_layer(lambda number: params[slice(*bounds[number])], X, y,
+                                              lambda number: grad[slice(*bounds[number])], lambda number: None)
+        return loss, grad
 
     def scores(self, params, X):
         return self.forward(self.check_params(params), self.check_inputs(X))[1]

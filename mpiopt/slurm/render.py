@@ -22,14 +22,24 @@ user's own ``--checkpoint VALUE`` is passed as given.
 """
 import re
 import shlex
+from typing import NamedTuple
 
 from ..core.registry import lookup, names, register, unknown
 
-# Each workload registers the Python arguments that run it (mpiopt.core.registry, kind "workload").
-for _name, _argv in (("solve", ["-m", "mpiopt", "solve"]), ("lasso", ["-m", "mpiopt", "lasso"]),
-                     ("admm-benchmark", ["benchmarks/admm_lasso.py"]),
-                     ("allreduce-benchmark", ["benchmarks/allreduce.py"])):
-    register("workload", _name, _argv)
+class Workload(NamedTuple):
+    """What a batch script runs: the Python arguments, and whether it resumes from ``--checkpoint``."""
+
+    argv: list
+    resumes: bool = False
+
+
+# Each workload registers itself (mpiopt.core.registry, kind "workload").
+for _name, _workload in (("solve", Workload(["-m", "mpiopt", "solve"], resumes=True)),
+                         ("lasso", Workload(["-m", "mpiopt", "lasso"])),
+                         ("admm-benchmark", Workload(["benchmarks/admm_lasso.py"])),
+                         ("allreduce-benchmark", Workload(["benchmarks/allreduce.py"])),
+                         ("train", Workload(["-m", "mpiopt", "train"], resumes=True))):
+    register("workload", _name, _workload)
 WORKLOADS = names("workload")  # the names registered here; a later registration is found through the registry
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 TIME = re.compile(r"(\d+-)?\d{1,2}(:\d{2}){0,2}")
@@ -59,11 +69,11 @@ def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_t
     if launcher not in ("srun", "mpiexec"):
         raise ValueError(f"launcher must be srun or mpiexec, got {launcher!r}")
     arguments = [str(a) for a in arguments]
-    if checkpoint and workload == "solve" and not any(a == "--checkpoint" or a.startswith("--checkpoint=")
-                                                      for a in arguments):
+    if checkpoint and lookup("workload", workload).resumes and not any(
+            a == "--checkpoint" or a.startswith("--checkpoint=") for a in arguments):
         arguments += ["--checkpoint", SCRIPT_CHECKPOINT]
     quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
-    command = " ".join(shlex.quote(part) for part in lookup("workload", workload))
+    command = " ".join(shlex.quote(part) for part in lookup("workload", workload).argv)
     if launcher == "srun":
         launch = f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'
     else:

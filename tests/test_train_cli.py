@@ -1,0 +1,66 @@
+"""``mpiopt train`` under mpiexec, as a user runs it: the same model as the Python API, checkpoints, errors."""
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+from conftest import run_mpi
+from mpiopt.data import load_dataset
+from mpiopt.models import get_model
+from mpiopt.optim import get_optimizer
+from mpiopt.train import train
+
+TRAIN = ["-m", "mpiopt", "train", "--model", "mlp", "--hidden", "16", "--data", "digits", "--optimizer", "adam",
+         "--lr", "1e-2", "--epochs", "2", "--batch-size", "64", "--bucket-bytes", "2048"]
+
+
+def test_cli_train_at_two_ranks_matches_the_python_api(tmp_path):
+    output = tmp_path / "train.json"
+    completed = run_mpi(2, *TRAIN, "--zero-stage", "2", "--log-every", "10", "--output", str(output))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count("mpiopt data-parallel training") == 1, "log must come from rank 0 only"
+    assert "result written to" in completed.stdout
+    result = json.loads(output.read_text())
+    assert result["status"] == "finished" and result["steps"] == 44
+    assert result["info"]["ranks"] == 2 and result["info"]["zero_stage"] == 2
+    assert 0 < result["test"]["accuracy"] <= 1 and result["source"]["data"] == "digits"
+    data = load_dataset("digits", MPI.COMM_SELF)
+    model = get_model("mlp", n_features=64, n_classes=10, hidden=(16,), alpha=1e-4)
+    direct = train(model, data.X_train, data.y_train, get_optimizer("adam", lr=1e-2), MPI.COMM_SELF, epochs=2,
+                   batch_size=64)
+    assert np.allclose(result["params"], direct.params, rtol=1e-12, atol=1e-14)
+
+
+def test_cli_train_resumes_from_its_checkpoint(tmp_path):
+    checkpoint = tmp_path / "train.ckpt.npz"
+    straight = run_mpi(2, *TRAIN, "--quiet", "--output", str(tmp_path / "straight.json"))
+    first = run_mpi(2, *TRAIN, "--quiet", "--max-steps", "17", "--checkpoint", str(checkpoint),
+                    "--output", str(tmp_path / "first.json"))
+    resumed = run_mpi(2, *TRAIN, "--compressor", "topk", "--ratio", "0.01", "--quiet", "--checkpoint",
+                      str(checkpoint), "--output", str(tmp_path / "refused.json"))
+    assert straight.returncode == first.returncode == 0, straight.stderr + first.stderr
+    assert resumed.returncode == 2 and "belongs to another problem" in resumed.stderr, "another compressor"
+    resumed = run_mpi(2, *TRAIN, "--quiet", "--checkpoint", str(checkpoint), "--output", str(tmp_path / "resumed.json"))
+    assert resumed.returncode == 0, resumed.stderr
+    before, after = (json.loads((tmp_path / name).read_text()) for name in ("first.json", "resumed.json"))
+    assert before["status"] == "max_steps" and after["info"]["resumed_at"] == 17
+    assert after["params"] == json.loads((tmp_path / "straight.json").read_text())["params"]
+
+
+def test_cli_train_compresses_with_the_registered_compressor(tmp_path):
+    output = tmp_path / "topk.json"
+    completed = run_mpi(2, *TRAIN, "--compressor", "topk", "--ratio", "0.01", "--quiet", "--output", str(output))
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(output.read_text())
+    assert result["info"]["compressor"] == "topk" and result["info"]["settings"]["compressor_options"] == {"ratio": 0.01}
+    assert sum(result["history"]["bytes_sent"]) > 0
+
+
+def test_cli_train_bad_options_exit_with_one_clear_message(tmp_path):
+    for arguments, message in ((["--momentum", "0.9"], "ranks 0-1: optimizer adam takes no momentum"),
+                               (["--batch-size", "0"], "ranks 0-1: batch_size must be an integer >= 1, got 0"),
+                               (["--zero-stage", "2", "--compressor", "sign"], "a compressor works with zero_stage 0")):
+        completed = run_mpi(2, *TRAIN, "--quiet", *arguments, cwd=tmp_path, timeout=60)
+        assert completed.returncode == 2, completed.stderr
+        assert completed.stderr.count(message) == 1, completed.stderr
+    assert not (tmp_path / "mpiopt_train.json").exists(), "no result file after an error"

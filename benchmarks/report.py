@@ -110,8 +110,47 @@ def rho_tables(result):
     return "\n".join(lines)
 
 
+def compression_tables(result):
+    codec, allreduce, training, predictions = (result["codec"], result["allreduce"], result["training"],
+                                               result["predictions"])
+    biggest = max(row["bytes"] for row in codec)
+    lines = [f"Compressors on {human(biggest)} of float32 (one core; median of {result['repeat']}; measured):", "",
+             "| compressor | fewer bytes | compress (GB/s) | decompress (GB/s) | both (GB/s) |", "|---|---:|---:|---:|---:|"]
+    for row in codec:
+        if row["bytes"] == biggest:
+            lines.append(f"| {row['compressor']} | {row['ratio']:.1f}x | {row['bytes'] / row['compress_s'] / 1e9:.2f} | "
+                         f"{row['bytes'] / row['decompress_s'] / 1e9:.2f} | {row['throughput_gbs']:.2f} |")
+    mpi = allreduce[0]["seconds"]
+    lines += ["", f"One all-reduce of {human(result['allreduce_bytes'])} of float32 over {result['ranks']} ranks "
+              f"(median of {result['repeat']}; measured here, where ranks share memory):", "",
+              "| reducer | time (ms) | MPI's time / this | bytes sent (rank 0) |", "|---|---:|---:|---:|"]
+    for row in allreduce:
+        sent = "" if row["bytes_sent"] is None else str(row["bytes_sent"])
+        lines.append(f"| {row['reducer']} | {row['seconds'] * 1e3:.2f} | {mpi / row['seconds']:.2f} | {sent} |")
+    runs, base = training["runs"], training["runs"][0]
+    lines += ["", f"Training {training['model']} ({training['n_params']} parameters) on digits, Adam, "
+              f"{training['epochs']} epochs, global batch {training['batch_size']}, {result['ranks']} ranks (measured):",
+              "", "| compressor | final loss | vs none | train accuracy | test accuracy | bytes sent | fewer bytes |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+    for run in runs:
+        lines.append(f"| {run['compressor']} | {run['loss']:.5f} | {run['loss'] / base['loss']:.3f}x | "
+                     f"{run['accuracy']:.4f} | {run['test_accuracy']:.4f} | {run['bytes_sent']} | "
+                     f"{base['bytes_sent'] / max(run['bytes_sent'], 1):.1f}x |")
+    networks, ranks = result["networks_gbps"], result["predicted_ranks"]
+    lines += ["", f"Predicted time per step (predicted, not measured: the measured compute per step plus the "
+              f"alpha-beta model of the {training['n_params']}-parameter float64 gradient, with the latency fitted "
+              "here and the link's bandwidth):", "",
+              "| compressor | path | " + " | ".join(f"{g} Gb/s, {p} ranks" for g in networks for p in ranks) + " |",
+              "|---|---|" + "---:|" * (len(networks) * len(ranks))]
+    for run in runs:
+        rows = [row for row in predictions if row["compressor"] == run["compressor"]]
+        lines.append(f"| {run['compressor']} | {rows[0]['path']} | "
+                     + " | ".join(f"{row['step_s'] * 1e3:.2f} ms" for row in rows) + " |")
+    return "\n".join(lines)
+
+
 RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
-             "admm_general-path": path_tables, "admm_general-rho": rho_tables}
+             "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables}
 
 
 def render(result):

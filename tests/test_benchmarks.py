@@ -19,6 +19,9 @@ CASES = [
     ("admm_general.py", ["--part", "path", "--rows", "2000", "--cols", "30", "--repeat", "1"], "lasso path"),
     ("admm_general.py", ["--part", "rho", "--rows", "2000", "--cols", "30", "--repeat", "1"], "adaptive rho"),
     ("allreduce.py", ["-b", "8", "-e", "4K", "--reducers", "ring,rd"], "2 ranks, 1 node(s), float32 sum"),
+    ("compression.py", ["--sizes", "64K", "--allreduce-size", "64K", "--repeat", "1", "--hidden", "8",
+                        "--epochs", "1", "--batch-size", "256", "--compressors", "none,fp16,sign,top-1%,powersgd r=4"],
+     "Compressors on 64 KiB of float32"),
 ]
 
 

@@ -149,8 +149,31 @@ def compression_tables(result):
     return "\n".join(lines)
 
 
+def train_tables(result):
+    p, memory = result["ranks"], result["memory"]
+    base = memory[0]["model_states_bytes"]
+    lines = [f"{result['model']} ({result['n_params']} parameters), Adam, {p} ranks (measured): peak bytes per rank", "",
+             "| ZeRO stage | parameters | gradients | optimizer state | model states | vs stage 0 | buffers |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in memory:
+        lines.append(f"| {row['stage']} | {row['params_bytes']} | {row['gradients_bytes']} | "
+                     f"{row['optimizer_state_bytes']} | {row['model_states_bytes']} | "
+                     f"{row['model_states_bytes'] / base:.3f} | {row['buffers_bytes']} |")
+    lines += ["", f"Overlap, {result['buckets']} buckets of {human(result['bucket_bytes'])}, {result['steps']} steps, "
+              f"median of {result['repeat']} (measured):", "",
+              "| reducer | overlap | train (s) | communication (s) | exposed (s) | hidden | hidden, first half of the "
+              "buckets to fill (last layers) | hidden, second half |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in result["overlap"]:
+        first, second = row["bucket_hidden_fraction"]
+        lines.append(f"| {row['reducer']} | {'on' if row['overlap'] else 'off'} | {row['train_s']:.3f} | "
+                     f"{row['communication_s']:.3f} | {row['exposed_s']:.3f} | {row['hidden_fraction']:.0%} | "
+                     f"{first:.0%} | {second:.0%} |")
+    return "\n".join(lines)
+
+
 RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
-             "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables}
+             "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables,
+             "train": train_tables}
 
 
 def render(result):

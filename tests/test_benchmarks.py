@@ -22,6 +22,8 @@ CASES = [
     ("compression.py", ["--sizes", "64K", "--allreduce-size", "64K", "--repeat", "1", "--hidden", "8",
                         "--epochs", "1", "--batch-size", "256", "--compressors", "none,fp16,sign,top-1%,powersgd r=4"],
      "Compressors on 64 KiB of float32"),
+    ("train.py", ["--hidden", "16,16", "--bucket-bytes", "1K", "--steps", "2", "--repeat", "1", "--batch-size", "32"],
+     "mlp 64-16-16-10"),
 ]
 
 

@@ -240,16 +240,19 @@ def plot(training, predictions, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, (by_bytes, by_time) = plt.subplots(1, 2, figsize=(12, 4.5))
+    window = 10  # the minibatch loss, averaged over the last 10 steps
     for run in training["runs"]:
-        sent = np.cumsum(run["bytes_history"])
-        by_bytes.plot(np.maximum(sent, 1), run["loss_history"], label=run["compressor"])
+        losses = np.asarray(run["loss_history"])
+        smooth = np.convolve(losses, np.ones(window) / window, mode="valid") if losses.size >= window else losses
+        sent = np.cumsum(run["bytes_history"])[losses.size - smooth.size:]
+        by_bytes.plot(np.maximum(sent, 1), smooth, label=run["compressor"])
         step = next(row["step_s"] for row in predictions
                     if row["compressor"] == run["compressor"] and row["gbps"] == 10 and row["ranks"] == 2)
-        by_time.plot(step * np.arange(1, len(run["loss_history"]) + 1), run["loss_history"], label=run["compressor"])
-    by_bytes.set(xscale="log", yscale="log", xlabel="bytes sent by rank 0 (measured)", ylabel="minibatch loss",
-                 title=training["model"])
-    by_time.set(yscale="log", xlabel="predicted time at 10 Gb/s, 2 ranks (s)", ylabel="minibatch loss",
-                title="predicted, not measured")
+        by_time.plot(step * np.arange(losses.size - smooth.size + 1, losses.size + 1), smooth, label=run["compressor"])
+    by_bytes.set(xscale="log", yscale="log", xlabel="bytes sent by rank 0 (measured)",
+                 ylabel=f"minibatch loss (mean of {window} steps)", title=training["model"])
+    by_time.set(yscale="log", xlabel="predicted time at 10 Gb/s, 2 ranks (s)",
+                ylabel=f"minibatch loss (mean of {window} steps)", title="time predicted, not measured")
     by_bytes.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

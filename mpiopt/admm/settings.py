@@ -65,10 +65,3 @@ class ADMMSettings(Settings):
              f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
             (threads_problem(self.blas_threads) is None, lambda: threads_problem(self.blas_threads)),
         ]
-
-    def as_dict(self):
-        """The settings as plain values (a Reducer instance by its name)."""
-        values = super().as_dict()
-        if isinstance(self.reducer, Reducer):
-            values["reducer"] = self.reducer.name
-        return values

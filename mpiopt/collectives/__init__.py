@@ -32,10 +32,8 @@ received (``last_bytes_sent``, ``last_bytes_received``, ``bytes_sent``,
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
-from collections.abc import Mapping
-
 from ..core.partition import offsets as chunk_bounds
-from ..core.registry import RegistryError, lookup, names, unknown
+from ..core.registry import RegistryError, RegistryView, lookup
 # Imported in this order, the reducers register their names in this order.
 from .mpi import MPIReducer
 from .ring import SEGMENT_BYTES, RingReducer, SegmentedRingReducer
@@ -48,28 +46,7 @@ from .base import DTYPES, OPS, Reducer
 from .compressed import CompressedReducer
 
 
-class RegisteredReducers(Mapping):
-    """The registered reducers, name -> class, in registration order (a live view of the registry)."""
-
-    def __getitem__(self, name):
-        if unknown("reducer", name):
-            raise KeyError(name)
-        return lookup("reducer", name)
-
-    def __contains__(self, name):
-        return unknown("reducer", name) is None
-
-    def __iter__(self):
-        return iter(names("reducer"))
-
-    def __len__(self):
-        return len(names("reducer"))
-
-    def __repr__(self):
-        return f"REDUCERS({', '.join(self)})"
-
-
-REDUCERS = RegisteredReducers()
+REDUCERS = RegistryView("reducer", "REDUCERS")  # name -> class, a live view of the registry
 
 
 def get_reducer(name="auto", comm=None, compressor=None, **options):

@@ -53,6 +53,7 @@ alpha-beta-gamma prediction of one all-reduce (see :mod:`.models`).
 import numpy as np
 from mpi4py import MPI
 
+from ..core.backend import Scratch
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.partition import offsets
 
@@ -88,7 +89,7 @@ class Reducer:
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
         self.check = check
-        self._scratch = {}
+        self._scratch = Scratch()
 
     @classmethod
     def model(cls, p, nbytes, fitted):
@@ -100,12 +101,7 @@ class Reducer:
     # -- helpers -----------------------------------------------------------
     def scratch(self, key, count, dtype):
         """A reusable buffer of at least ``count`` elements (one per key and dtype)."""
-        dtype = np.dtype(dtype)
-        buffer = self._scratch.get((key, dtype))
-        if buffer is None or buffer.size < count:
-            buffer = np.empty(max(count, 1), dtype=dtype)
-            self._scratch[(key, dtype)] = buffer
-        return buffer[:count]
+        return self._scratch(key, count, dtype)
 
     def _agree_on_options(self, problem, options):
         """Check constructor options collectively; on failure free the private communicator first."""

@@ -22,9 +22,7 @@ name          what travels                               bytes (n float32)  line
 ``ErrorFeedback(compressor)`` wraps any of them.  ``COMPRESSORS`` maps the
 registered names to their classes, read from the registry at each use.
 """
-from collections.abc import Mapping
-
-from ..core.registry import RegistryError, lookup, names, unknown
+from ..core.registry import RegistryError, RegistryView, lookup
 # Imported in this order, the compressors register their names in this order.
 from .none import NoCompression
 from .fp16 import FP16
@@ -38,25 +36,7 @@ from .error_feedback import ErrorFeedback
 from .base import Compressor, Context, pack, unpack
 
 
-class RegisteredCompressors(Mapping):
-    """The registered compressors, name -> class, in registration order (a live view of the registry)."""
-
-    def __getitem__(self, name):
-        if unknown("compressor", name):
-            raise KeyError(name)
-        return lookup("compressor", name)
-
-    def __iter__(self):
-        return iter(names("compressor"))
-
-    def __len__(self):
-        return len(names("compressor"))
-
-    def __repr__(self):
-        return f"COMPRESSORS({', '.join(self)})"
-
-
-COMPRESSORS = RegisteredCompressors()
+COMPRESSORS = RegistryView("compressor", "COMPRESSORS")  # name -> class, a live view of the registry
 
 
 def get_compressor(name, **options):

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core.backend import Scratch
+
 FLOAT_DTYPES = (np.float32, np.float64)
 
 
@@ -108,7 +110,7 @@ class Compressor:
 
     def __init__(self):
         self._steps = {}
-        self._scratch = {}
+        self._scratch = Scratch()
 
     # -- the interface -----------------------------------------------------
     def context(self, shape, dtype, name=None, step=0):
@@ -166,12 +168,7 @@ class Compressor:
 
     def scratch(self, key, count, dtype):
         """A reusable buffer of ``count`` elements (one per key and dtype)."""
-        dtype = np.dtype(dtype)
-        buffer = self._scratch.get((key, dtype))
-        if buffer is None or buffer.size < count:
-            buffer = np.empty(max(count, 1), dtype=dtype)
-            self._scratch[(key, dtype)] = buffer
-        return buffer[:count]
+        return self._scratch(key, count, dtype)
 
     def check_input(self, x):
         if not isinstance(x, np.ndarray):

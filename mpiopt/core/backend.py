@@ -53,3 +53,26 @@ def cholesky_solve(xp, lower, rhs):
         from cupyx.scipy.linalg import solve_triangular
     y = solve_triangular(lower, rhs, lower=True, check_finite=False)
     return solve_triangular(lower, y, lower=True, trans="T", check_finite=False)
+
+
+class Scratch:
+    """Reusable work buffers, one per key and dtype, grown when a larger one is asked for (numpy)."""
+
+    def __init__(self):
+        self._buffers = {}
+
+    def __call__(self, key, count, dtype):
+        """A buffer of ``count`` elements of ``dtype`` (its contents are whatever was left in it)."""
+        dtype = np.dtype(dtype)
+        buffer = self._buffers.get((key, dtype))
+        if buffer is None or buffer.size < count:
+            buffer = np.empty(max(count, 1), dtype=dtype)
+            self._buffers[(key, dtype)] = buffer
+        return buffer[:count]
+
+    def items(self):
+        """((key, dtype), buffer) pairs, to see which buffers are held."""
+        return self._buffers.items()
+
+    def clear(self):
+        self._buffers.clear()

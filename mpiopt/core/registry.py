@@ -12,6 +12,8 @@ Registration happens when the piece's module is imported; the modules that
 look a kind up import the modules that register it.
 """
 
+from collections.abc import Mapping
+
 _REGISTRY = {}
 
 
@@ -60,3 +62,28 @@ def lookup(kind, name):
 def unregister(kind, name):
     """Remove a registration (tests, and users replacing a piece)."""
     _REGISTRY.get(kind, {}).pop(name, None)
+
+
+class RegistryView(Mapping):
+    """The registered pieces of one kind, name -> item, in registration order: a live, read-only view,
+    so a piece registered later (a user's own) is in it too."""
+
+    def __init__(self, kind, label):
+        self.kind, self.label = kind, label
+
+    def __getitem__(self, name):
+        if unknown(self.kind, name):
+            raise KeyError(name)
+        return lookup(self.kind, name)
+
+    def __contains__(self, name):
+        return unknown(self.kind, name) is None
+
+    def __iter__(self):
+        return iter(names(self.kind))
+
+    def __len__(self):
+        return len(names(self.kind))
+
+    def __repr__(self):
+        return f"{self.label}({', '.join(self)})"

@@ -21,6 +21,12 @@ def is_integer(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _plain(value):
+    if isinstance(value, (str, int, float, bool, type(None), dict, list, tuple)) or not hasattr(value, "name"):
+        return value
+    return value.name
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Base of every method's settings; subclasses are frozen dataclasses."""
@@ -46,8 +52,8 @@ class Settings:
         return first_problem(self.checks())
 
     def as_dict(self):
-        """Field names to values (shallow: a value may be an object such as a reducer)."""
-        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        """Field names to plain values; an object given as a setting (a Reducer, say) appears by its name."""
+        return {field.name: _plain(getattr(self, field.name)) for field in dataclasses.fields(self)}
 
     @classmethod
     def collective(cls, comm, extra_problem=None, agree=None, **settings):

@@ -80,10 +80,3 @@ class TrainSettings(Settings):
             (isinstance(self.trace_memory, bool), f"trace_memory must be True or False, got {self.trace_memory!r}"),
             (threads_problem(self.blas_threads) is None, lambda: threads_problem(self.blas_threads)),
         ]
-
-    def as_dict(self):
-        """The settings as plain values (a Reducer instance by its name)."""
-        values = super().as_dict()
-        if isinstance(self.reducer, Reducer):
-            values["reducer"] = self.reducer.name
-        return values

@@ -19,9 +19,11 @@ setup(
     install_requires=["numpy>=1.23", "scipy>=1.9", "mpi4py>=4", "threadpoolctl>=3"],
     extras_require={
         "mpich": ["mpich"],
-        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.6", "h5py>=3"],
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.6", "h5py>=3",
+                 "dp-accounting>=0.4"],
         "sklearn": ["scikit-learn>=1.6"],
         "hdf5": ["h5py>=3"],
+        "privacy": ["dp-accounting>=0.4"],
         "plots": ["matplotlib>=3.5"],
         "gpu": ["cupy-cuda12x"],
     },

@@ -38,7 +38,8 @@ for _name, _workload in (("solve", Workload(["-m", "mpiopt", "solve"], resumes=T
                          ("lasso", Workload(["-m", "mpiopt", "lasso"])),
                          ("admm-benchmark", Workload(["benchmarks/admm_lasso.py"])),
                          ("allreduce-benchmark", Workload(["benchmarks/allreduce.py"])),
-                         ("train", Workload(["-m", "mpiopt", "train"], resumes=True))):
+                         ("train", Workload(["-m", "mpiopt", "train"], resumes=True)),
+                         ("federated", Workload(["-m", "mpiopt", "federated"], resumes=True))):
     register("workload", _name, _workload)
 WORKLOADS = names("workload")  # the names registered here; a later registration is found through the registry
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -1,0 +1,28 @@
+"""Federated learning on MPI: ``run_federated(model, clients, strategy="fedavg", comm=None, **settings)``.
+
+K virtual clients (K >> ranks; client k on rank k % p) train locally from
+the global model each round; a registered strategy (FedAvg/FedAvgM, FedSGD,
+FedProx, FedNova) combines their updates, the same bit for bit at any rank
+count.  Faults (dropouts, stragglers, failing clients), checkpoints at round
+boundaries, per-round metrics.  See docs/federated.md.
+
+================  ==================================================================
+``strategy.py``   the Strategy base (configure_fit, local objective, aggregate_fit)
+``strategies.py`` FedAvg, FedSGD, FedProx, FedNova, registered as kind "strategy"
+``client.py``     one client's local training
+``runner.py``     the rounds: sampling, faults, the all-gather, hooks, checkpoints, log
+``partition.py``  iid, pathological, dirichlet, quantity (kind "partition")
+``synthetic.py``  FedProx's Synthetic(alpha, beta)
+``settings.py``   ``FederatedSettings``;  ``result.py``: ``FederatedResult``
+================  ==================================================================
+"""
+from .partition import partition, split_clients
+from .result import FederatedResult
+from .runner import run_federated
+from .settings import FederatedSettings
+from .strategies import FedAvg, FedNova, FedProx, FedSGD, get_strategy
+from .strategy import ClientUpdate, Strategy
+from .synthetic import synthetic_clients
+
+__all__ = ["ClientUpdate", "FedAvg", "FedNova", "FedProx", "FedSGD", "FederatedResult", "FederatedSettings",
+           "Strategy", "get_strategy", "partition", "run_federated", "split_clients", "synthetic_clients"]

@@ -1,0 +1,48 @@
+"""Local training of one virtual client: E epochs of minibatch SGD on its rows, from the global model.
+
+Epoch e visits the client's n_k rows in the order of a permutation drawn
+from ``random_stream(seed, "client", round, client)`` (one stream per client
+and round: the same at any rank count, whichever rank runs the client), in
+batches of B rows (the last one smaller; ``batch_size=None``: one batch of
+all rows).  Each batch's gradient is the model's (``model.loss_and_grad``)
+turned into the local objective's by the strategy (FedProx's proximal term),
+and the optimizer of :mod:`mpiopt.optim` (SGD; a fresh one per client and
+round, as FedAvg's clients keep no state) steps the local copy.
+
+Returns a :class:`~mpiopt.federated.strategy.ClientUpdate`: delta = w_k - w_t,
+n_k, tau_k = E ceil(n_k / B) steps, and the global model's loss on the
+client's rows.  A non-finite loss or update raises FloatingPointError (a
+diverged client is a failed client).  Cost: E passes over the client's rows.
+"""
+import math
+
+import numpy as np
+
+from ..core.random import random_stream
+from ..optim import get_optimizer
+from .strategy import ClientUpdate
+
+
+def train_client(model, X, y, global_params, strategy, *, client, round, epochs, batch_size, lr, momentum=0.0,
+                 seed=0):
+    """One client's local training in ``round``; see the module docstring."""
+    rows = y.shape[0]
+    if rows == 0:
+        raise ValueError(f"client {client} has no rows")
+    batch = rows if batch_size is None else min(batch_size, rows)
+    params = np.array(global_params, dtype=np.float64)
+    loss = model.loss(global_params, X, y)
+    optimizer = get_optimizer("sgd", lr=lr, momentum=momentum)
+    stream = random_stream(seed, "client", round, client)
+    steps = 0
+    for _ in range(epochs):
+        order = stream.permutation(rows) if batch < rows else np.arange(rows)
+        for start in range(0, rows, batch):
+            chosen = order[start:start + batch]
+            _, grad = model.loss_and_grad(params, X[chosen], y[chosen])
+            optimizer.step(params, strategy.local_gradient(grad, params, global_params))
+            steps += 1
+    delta = params - global_params
+    if not (math.isfinite(loss) and np.isfinite(delta).all()):
+        raise FloatingPointError(f"client {client}'s local training diverged (loss {loss}, update not finite)")
+    return ClientUpdate(client=int(client), delta=delta, weight=float(rows), steps=steps, loss=float(loss))

@@ -1,0 +1,392 @@
+"""Federated learning with K virtual clients on p MPI ranks: ``run_federated(model, clients, strategy, comm)``.
+
+Placement: client k lives on rank ``k % p`` (round-robin, so every rank gets
+a share of any sampled subset); ``clients[k]`` is read only there, so
+``clients`` may be a lazy sequence.  Each round t:
+
+1. ``strategy.configure_fit(t, K, C, seed)`` samples the clients (the same on
+   every rank);
+2. each rank runs its sampled clients in turn, in client order: a client
+   drops out with probability p (``random_stream(seed, "dropout", t, k)``),
+   is a straggler with probability s (``random_stream(seed, "straggler", t,
+   k)``: it runs a uniform 1..E epochs, and is left out unless the strategy
+   ``keeps_stragglers``), else trains (:func:`.client.train_client`);
+   every hook's ``transform_update(update, client, round)`` then sees the
+   update, on the client's rank (client-side clipping and noise, masks);
+   an exception in training or a hook makes the client *failed*;
+3. one ``allgatherv`` of the reducer (``settings.reducer``) moves every
+   reporting client's row [k, n_k, tau_k, loss_k, delta_k] to every rank, and
+   one small ``allgather`` the clients' fates (dropped, straggler, failed
+   with its error) and the checkpoint signals;
+4. failed clients end the run with the same CollectiveError on every rank
+   unless ``tolerate_failures``; otherwise every rank sorts the rows by
+   client and computes, in client order, Delta = ``strategy.aggregate_fit``,
+   then each hook's ``transform_aggregate(delta, round, updates)`` (server
+   noise), then ``strategy.server_update(params, delta)``.  No report: the
+   model is kept and the round's note says so.
+
+Summing in client order makes the model the same bit for bit at any rank
+count (and on resume).  The price is the all-gather: each rank receives
+m (n_params + 4) floats for m reporting clients, where an all-reduce of the
+weighted sum would move n_params; for the m << K clients of a round this is
+small, and the bytes are in the history (``bytes_sent``: the rows the
+clients uploaded; ``bytes_received``: the model sent to the clients that
+trained).  Checkpoints are written at round boundaries.
+"""
+import dataclasses
+import hashlib
+import time
+
+import numpy as np
+
+from ..collectives import Reducer, get_reducer
+from ..core.checkpoint import Checkpointer
+from ..core.comm import CollectiveError, resolve_comm
+from ..core.log import IterationLog
+from ..core.random import random_stream
+from ..core.registry import RegistryError
+from ..core.signals import SignalFlags
+from .client import train_client
+from .result import SCALAR_COLUMNS, FederatedResult
+from .settings import FederatedSettings
+from .strategies import get_strategy
+from .strategy import ClientUpdate, Strategy
+
+FORMAT = "mpiopt-federated-checkpoint-1"
+HEAD = 4  # client, weight, steps, loss ahead of each uploaded update
+LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("failed", "6d"), ("loss", "14.6e"),
+               ("test acc", "8.4f"), ("MB sent", "9.3f"), ("time(s)", "9.3f"))
+
+
+def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_options=None, test_data=None,
+                  params=None, hooks=(), log_stream=None, **settings):
+    """Federated training of ``model`` over the K = len(clients) virtual clients; collective over ``comm``.
+
+    ``clients[k]`` is client k's ``(X_k, y_k)`` (read only on rank k % p);
+    ``strategy`` a registered name (built with ``strategy_options``) or a
+    :class:`Strategy`; ``test_data`` an optional ``(X, y)`` evaluated every
+    ``eval_every`` rounds; ``params`` the starting point (default
+    ``model.init_params(seed)``); ``hooks`` objects with any of
+    ``transform_update(update, client, round) -> update``,
+    ``transform_aggregate(delta, round, updates) -> delta``, ``epsilon()``,
+    ``state_dict()``/``load_state_dict(state)`` (see docs/federated.md).
+    Settings: :class:`FederatedSettings`.  Returns a :class:`FederatedResult`,
+    the same on every rank; bad settings or data raise the same
+    CollectiveError on every rank.
+    """
+    start = time.perf_counter()
+    comm = resolve_comm(comm)
+    strategy, problem = _strategy(strategy, strategy_options)
+    local, problem = _local_clients(model, clients, comm, problem)
+    problem = problem or _test_problem(model, test_data) or _params_problem(model, params)
+    options = FederatedSettings.collective(comm, problem, agree={
+        "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
+    federation = Federation(model, len(clients), local, strategy, options, comm, params, test_data, hooks,
+                            IterationLog(options.verbose and comm.rank == 0, LOG_COLUMNS, stream=log_stream))
+    try:
+        return federation.run(start)
+    finally:
+        federation.close()
+
+
+def _strategy(strategy, options):
+    if isinstance(strategy, Strategy):
+        return strategy, ("strategy_options go with a strategy name, not a Strategy" if options else None)
+    try:
+        return get_strategy(strategy, **(options or {})), None
+    except (RegistryError, TypeError, ValueError) as error:
+        return None, str(error)
+
+
+def _local_clients(model, clients, comm, problem):
+    """({k: (X_k, y_k)} of this rank's clients, checked, and the first problem (or ``problem``))."""
+    local = {}
+    if problem:
+        return local, problem
+    if len(clients) < 1:
+        return local, "there are no clients"
+    for k in range(comm.rank, len(clients), comm.size):
+        try:
+            X, y = clients[k]
+            X = model.check_inputs(X)
+            y = model.check_targets(y, X.shape[0])
+        except (ValueError, TypeError) as error:
+            return local, f"client {k}: {error}"
+        if y.shape[0] == 0:
+            return local, f"client {k} has no rows"
+        local[k] = (X, y)
+    return local, None
+
+
+def _test_problem(model, test_data):
+    if test_data is None:
+        return None
+    try:
+        X = model.check_inputs(test_data[0])
+        model.check_targets(test_data[1], X.shape[0])
+    except (ValueError, TypeError) as error:
+        return f"test_data: {error}"
+    return None
+
+
+def _params_problem(model, params):
+    try:
+        params is None or model.check_params(params)
+    except ValueError as error:
+        return str(error)
+    return None
+
+
+@dataclasses.dataclass
+class RoundReport:
+    """What every rank knows after a round's two collectives."""
+    updates: list        # ClientUpdate of each reporting client, in client order
+    fates: dict          # client -> "dropped", "straggler" or "failed"
+    failures: list       # [{"client": k, "error": message}]
+    bytes_sent: float
+    checkpoint_requested: bool
+    stop_requested: bool
+
+
+class Federation:
+    """The server's loop: ``round`` runs one round, ``run`` repeats it and builds the result."""
+
+    def __init__(self, model, n_clients, local, strategy, settings, comm, params, test_data, hooks, log):
+        self.model, self.n_clients, self.local, self.strategy = model, n_clients, local, strategy
+        self.settings, self.log, self.hooks = settings, log, list(hooks)
+        self.comm = comm.Dup()
+        self.owns_reducer = not isinstance(settings.reducer, Reducer)
+        self.reducer = get_reducer(settings.reducer, comm) if self.owns_reducer else settings.reducer
+        self.params = np.array(model.init_params(settings.seed) if params is None else params, dtype=np.float64)
+        self.test = None if test_data is None else (model.check_inputs(test_data[0]),
+                                                    model.check_targets(test_data[1], len(test_data[1])))
+        self.history = {column: [] for column in SCALAR_COLUMNS + ("failures", "note")}
+        self.next_round, self.elapsed_before, self.checkpointer = 0, 0.0, None
+
+    # -- one client ---------------------------------------------------------------------
+    def fate(self, round, client):
+        """("dropped" | "straggler" | None, local epochs) of a sampled client this round."""
+        s, epochs = self.settings, self.strategy.local_epochs(self.settings.local_epochs)
+        if s.dropout and random_stream(s.seed, "dropout", round, client).random() < s.dropout:
+            return "dropped", 0
+        stream = random_stream(s.seed, "straggler", round, client)
+        if s.stragglers and stream.random() < s.stragglers:
+            epochs = int(stream.integers(1, epochs + 1))
+            return (None if self.strategy.keeps_stragglers else "straggler"), epochs
+        return None, epochs
+
+    def train(self, round, client, epochs):
+        """The client's update after every hook's ``transform_update`` (raises what training raises)."""
+        s = self.settings
+        X, y = self.local[client]
+        update = train_client(self.model, X, y, self.params, self.strategy, client=client, round=round, epochs=epochs,
+                              batch_size=self.strategy.local_batch_size(s.batch_size), lr=s.lr,
+                              momentum=s.momentum, seed=s.seed)
+        for hook in self.hooks:
+            if hasattr(hook, "transform_update"):
+                update = hook.transform_update(update, client, round)
+        return update
+
+    # -- one round ------------------------------------------------------------------------
+    def run_clients(self, round, sampled, signals):
+        """This rank's sampled clients in turn, then the round's all-gathers: a RoundReport."""
+        rows, fates, failures = [], {}, []
+        for client in (int(k) for k in sampled if k % self.comm.size == self.comm.rank):
+            fate, epochs = self.fate(round, client)
+            if fate:
+                fates[client] = fate
+                continue
+            try:
+                update = self.train(round, client, epochs)
+            except Exception as error:  # a client's failure is reported, never a hang
+                fates[client] = "failed"
+                failures.append({"client": client, "error": f"{type(error).__name__}: {error}"})
+                continue
+            rows.append(np.concatenate([[update.client, update.weight, update.steps, update.loss], update.delta]))
+        payload = np.concatenate(rows) if rows else np.zeros(0)
+        gathered, _ = self.reducer.allgatherv(payload)
+        usr1, term = signals.take()
+        shared = self.comm.allgather((fates, failures, usr1, term))
+        table = gathered.reshape(-1, HEAD + self.model.n_params)
+        table = table[np.argsort(table[:, 0], kind="stable")]
+        updates = [ClientUpdate(client=int(row[0]), delta=row[HEAD:], weight=float(row[1]), steps=int(row[2]),
+                                loss=float(row[3])) for row in table]
+        all_fates = {k: v for part in shared for k, v in part[0].items()}
+        all_failures = sorted((f for part in shared for f in part[1]), key=lambda f: f["client"])
+        return RoundReport(updates, dict(sorted(all_fates.items())), all_failures, float(gathered.nbytes),
+                           any(part[2] for part in shared), any(part[3] for part in shared))
+
+    def round(self, round, signals):
+        s = self.settings
+        sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed)
+        report = self.run_clients(round, sampled, signals)
+        if report.failures and not s.tolerate_failures:
+            raise CollectiveError({f["client"] % self.comm.size: f"client {f['client']} failed in round {round}: "
+                                   f"{f['error']} (tolerate_failures=True leaves it out)" for f in report.failures})
+        updates, note = report.updates, None
+        if updates:
+            delta = self.strategy.aggregate_fit(updates)
+            for hook in self.hooks:
+                if hasattr(hook, "transform_aggregate"):
+                    delta = hook.transform_aggregate(delta, round, updates)
+            self.params = self.strategy.server_update(self.params, delta)
+            total = sum(update.weight for update in updates)
+            loss = sum(update.weight / total * update.loss for update in updates)
+        else:
+            loss, note = None, "no client reported; the model is kept"
+        self.record(round, sampled, report, loss, note)
+        return report
+
+    def record(self, round, sampled, report, loss, note):
+        s, fates = self.settings, list(report.fates.values())
+        last = round + 1 == s.rounds
+        test_loss, test_accuracy = self.evaluate_test() if (round + 1) % s.eval_every == 0 or last else (None, None)
+        trained = len(report.updates) + fates.count("failed")
+        epsilons = [hook.epsilon() for hook in self.hooks if hasattr(hook, "epsilon")]
+        values = {"round": round + 1, "sampled": len(sampled), "participants": len(report.updates),
+                  "dropped": fates.count("dropped"), "stragglers": fates.count("straggler"),
+                  "failed": fates.count("failed"), "loss": loss, "test_loss": test_loss,
+                  "test_accuracy": test_accuracy, "bytes_sent": report.bytes_sent,
+                  "bytes_received": float(trained * self.params.nbytes), "epsilon": epsilons[0] if epsilons else None,
+                  "time": self.elapsed_before + time.perf_counter() - self.start, "failures": report.failures,
+                  "note": note}
+        for column, value in values.items():
+            self.history[column].append(value)
+        if round + 1 == 1 or (round + 1) % s.log_every == 0 or last:
+            self.log.row(round + 1, values["participants"], values["dropped"], values["failed"],
+                         float("nan") if loss is None else loss,
+                         float("nan") if test_accuracy is None else test_accuracy, report.bytes_sent / 1e6,
+                         values["time"])
+        if note:
+            self.log.note(f"round {round + 1}: {note}")
+
+    # -- evaluation ----------------------------------------------------------------------
+    def evaluate_test(self):
+        if self.test is None:
+            return None, None
+        X, y = self.test
+        loss = float(self.model.loss(self.params, X, y))
+        accuracy = float(np.mean(self.model.predict(self.params, X) == y)) if self.model.n_classes else None
+        return loss, accuracy
+
+    def evaluate_clients(self):
+        """(loss, accuracy) of the global model over every client's rows, summed in client order."""
+        mine = []
+        for client, (X, y) in self.local.items():
+            correct = int(np.count_nonzero(self.model.predict(self.params, X) == y)) if self.model.n_classes else 0
+            mine.append((client, self.model.loss(self.params, X, y) * y.shape[0], correct, y.shape[0]))
+        rows = sorted(row for part in self.comm.allgather(mine) for row in part)
+        total = sum(row[3] for row in rows)
+        loss = sum(row[1] for row in rows) / total
+        return loss, (sum(row[2] for row in rows) / total if self.model.n_classes else None)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def fingerprint(self):
+        digest = hashlib.sha256()
+        for client, (X, y) in self.local.items():
+            digest.update(f"{client}{X.shape}{y.dtype}".encode())
+            digest.update(np.ascontiguousarray(X).tobytes())
+            digest.update(np.ascontiguousarray(y).tobytes())
+        s = self.settings
+        return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
+                "data": digest.hexdigest(), "strategy": repr(self.strategy),
+                **{name: getattr(s, name) for name in ("fraction", "local_epochs", "batch_size", "lr", "momentum",
+                                                       "seed", "dropout", "stragglers", "tolerate_failures")}}
+
+    def use_checkpoint(self, path):
+        self.checkpointer = Checkpointer(path, self.comm, self.fingerprint(), FORMAT, "federated")
+        return self.checkpointer.restore(self.restore, _validate)
+
+    def state(self, elapsed):
+        shared = {"params": self.params, **{f"strategy_{key}": value
+                                            for key, value in self.strategy.state_dict().items()}}
+        meta = {"round": self.next_round, "history": self.history, "elapsed": elapsed,
+                "hooks": [hook.state_dict() if hasattr(hook, "state_dict") else None for hook in self.hooks]}
+        return shared, {}, meta
+
+    def restore(self, shared, mine, meta):
+        self.params = np.array(shared["params"], dtype=np.float64)
+        self.model.check_params(self.params)
+        self.strategy.load_state_dict({key[len("strategy_"):]: value for key, value in shared.items()
+                                       if key.startswith("strategy_")})
+        for hook, state in zip(self.hooks, meta.get("hooks", [])):
+            if state is not None and hasattr(hook, "load_state_dict"):
+                hook.load_state_dict(state)
+        self.history = {column: list(values) for column, values in meta["history"].items()}
+        self.next_round, self.elapsed_before = int(meta["round"]), float(meta["elapsed"])
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, setup_start):
+        s = self.settings
+        if s.checkpoint:
+            self.use_checkpoint(s.checkpoint)
+        resumed_at, status = self.next_round, "finished"
+        self.start = time.perf_counter()
+        setup = self.start - setup_start
+        info = self.describe(resumed_at)
+        self.log.banner("mpiopt federated learning", banner_lines(info, s, setup))
+        with SignalFlags(self.checkpointer is not None) as signals:
+            while self.next_round < s.rounds:
+                report = self.round(self.next_round, signals)
+                self.next_round += 1
+                every = s.checkpoint_every and self.next_round % s.checkpoint_every == 0
+                if self.checkpointer is not None and (every or report.checkpoint_requested or report.stop_requested):
+                    self.checkpointer.write(*self.state(self.elapsed()))
+                if report.stop_requested:
+                    status = "interrupted"
+                    break
+        if self.checkpointer is not None and status == "finished" and self.next_round > resumed_at:
+            self.checkpointer.write(*self.state(self.elapsed()))
+        loss, accuracy = self.evaluate_clients()
+        rounds_time = time.perf_counter() - self.start
+        result = FederatedResult(
+            status=status, history=self.history, timings={"setup": setup, "rounds": rounds_time,
+                                                          "total": setup + rounds_time},
+            info=dict(info, rounds_run=self.next_round - resumed_at), params=self.params, rounds=self.next_round,
+            loss=loss, accuracy=accuracy, test_accuracy=self.evaluate_test()[1])
+        self.log.footer(footer_lines(result))
+        return result
+
+    def elapsed(self):
+        return self.elapsed_before + time.perf_counter() - self.start
+
+    def describe(self, resumed_at):
+        sizes = self.comm.allgather({client: int(y.shape[0]) for client, (_, y) in self.local.items()})
+        rows = [size for _, size in sorted((k, v) for part in sizes for k, v in part.items())]
+        return {"ranks": self.comm.size, "model": repr(self.model), "n_params": self.model.n_params,
+                "strategy": self.strategy.name, "strategy_options": self.strategy.options(),
+                "keeps_stragglers": self.strategy.keeps_stragglers, "clients": self.n_clients, "client_rows": rows,
+                "placement": "client k on rank k % ranks", "reducer": self.reducer.name,
+                "settings": self.settings.as_dict(), "resumed_at": resumed_at}
+
+    def close(self):
+        if self.owns_reducer:
+            self.reducer.close()
+        self.comm.Free()
+
+
+def _validate(shared, parts, meta):
+    """Rank 0's check that the file holds what a federated checkpoint holds."""
+    missing = [key for key in ("round", "history", "elapsed") if key not in meta]
+    if missing or "params" not in shared:
+        raise ValueError(f"entries {', '.join(missing + ([] if 'params' in shared else ['params']))} are missing")
+
+
+def banner_lines(info, settings, setup):
+    rows = info["client_rows"]
+    return [f"model:     {info['model']}",
+            f"strategy:  {info['strategy']} {info['strategy_options']}; "
+            f"{'keeps' if info['keeps_stragglers'] else 'drops'} stragglers",
+            f"clients:   {info['clients']} on {info['ranks']} ranks (client k on rank k % {info['ranks']}); "
+            f"{sum(rows)} rows, {min(rows)}-{max(rows)} per client",
+            f"rounds:    {settings.rounds}, fraction {settings.fraction}, E={settings.local_epochs}, "
+            f"B={settings.batch_size}, lr={settings.lr}; dropout {settings.dropout}, stragglers {settings.stragglers}",
+            f"setup:     {setup:.3f} s" + (f"; resumed at round {info['resumed_at']}" if info["resumed_at"] else "")]
+
+
+def footer_lines(result):
+    accuracy = "" if result.accuracy is None else f", accuracy {result.accuracy:.4f}"
+    test = "" if result.test_accuracy is None else f"; test accuracy {result.test_accuracy:.4f}"
+    return [f"status:    {result.status} after {result.rounds} rounds",
+            f"clients:   loss {result.loss:.8e}{accuracy}{test}",
+            f"time:      {result.timings['rounds']:.3f} s"]

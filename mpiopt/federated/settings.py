@@ -1,0 +1,61 @@
+"""Settings of a federated run, validated once on every rank (mpiopt.core.settings).
+
+Defaults live here and nowhere else; they are McMahan et al.'s usual
+choices scaled to small data (C = 0.1, E = 1, B = 10).
+"""
+import dataclasses
+
+from ..collectives import REDUCERS, Reducer
+from ..core.settings import Settings, is_integer, is_number
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedSettings(Settings):
+    label = "federated"
+
+    rounds: int = 10               # communication rounds (counted from the first run when resumed)
+    fraction: float = 0.1          # C: the share of the K clients sampled each round (at least one)
+    local_epochs: int = 1          # E: passes over its rows a client makes each round
+    batch_size: int = 10           # B: rows per local step; None: all of a client's rows
+    lr: float = 0.01               # the clients' SGD learning rate
+    momentum: float = 0.0          # the clients' SGD momentum (reset every round)
+    seed: int = 0                  # sampling, dropouts, stragglers, local minibatch orders
+    dropout: float = 0.0           # p: each sampled client drops out of a round with this probability
+    stragglers: float = 0.0        # share of the sampled clients that run a random 1..E local epochs
+    tolerate_failures: bool = False  # a client whose training raises is left out (True) or ends the run
+    reducer: str = "mpi"           # a registered reducer name or a Reducer: moves the client updates
+    eval_every: int = 1            # rounds between test evaluations (and the last round)
+    checkpoint: str = None         # npz path, written at round boundaries; resumed from when it exists
+    checkpoint_every: int = 0      # rounds between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
+    verbose: bool = False          # the round log on rank 0
+    log_every: int = 1             # with verbose, a log row every this many rounds
+
+    def checks(self):
+        number, integer = is_number, is_integer
+        return [
+            (integer(self.rounds) and self.rounds >= 0, f"rounds must be an integer >= 0, got {self.rounds!r}"),
+            (number(self.fraction) and 0 < self.fraction <= 1, f"fraction must be in (0, 1], got {self.fraction!r}"),
+            (integer(self.local_epochs) and self.local_epochs >= 1,
+             f"local_epochs must be an integer >= 1, got {self.local_epochs!r}"),
+            (self.batch_size is None or (integer(self.batch_size) and self.batch_size >= 1),
+             f"batch_size must be None or an integer >= 1, got {self.batch_size!r}"),
+            (number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}"),
+            (number(self.momentum) and self.momentum >= 0, f"momentum must be a number >= 0, got {self.momentum!r}"),
+            (integer(self.seed) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}"),
+            (number(self.dropout) and 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout!r}"),
+            (number(self.stragglers) and 0 <= self.stragglers <= 1,
+             f"stragglers must be in [0, 1], got {self.stragglers!r}"),
+            (isinstance(self.tolerate_failures, bool),
+             f"tolerate_failures must be True or False, got {self.tolerate_failures!r}"),
+            (isinstance(self.reducer, Reducer) or self.reducer in REDUCERS,
+             lambda: f"reducer must be one of {', '.join(REDUCERS)} or a Reducer, got {self.reducer!r}"),
+            (integer(self.eval_every) and self.eval_every >= 1,
+             f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
+            (self.checkpoint is None or isinstance(self.checkpoint, str),
+             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
+            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
+             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
+            (isinstance(self.verbose, bool), f"verbose must be True or False, got {self.verbose!r}"),
+            (integer(self.log_every) and self.log_every >= 1,
+             f"log_every must be an integer >= 1, got {self.log_every!r}"),
+        ]

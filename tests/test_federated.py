@@ -1,0 +1,342 @@
+"""Federated learning (mpiopt.federated): the strategies against their closed forms, faults, partitioners,
+Synthetic(alpha, beta), checkpoints, and the same model at any rank count.
+
+MPI tests run at any rank count (the serial pass at one rank, ``mpiexec -n K python -m pytest --only-mpi``
+at K); references are closed forms, full-batch gradient descent, or a single-process run (COMM_SELF).
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiopt.core.comm import CollectiveError
+from mpiopt.data import load_dataset
+from mpiopt.models import get_model
+from mpiopt.models.base import Model
+from mpiopt.federated import (ClientUpdate, FederatedResult, FedAvg, FedNova, FedProx, get_strategy, partition,
+                              run_federated, split_clients, synthetic_clients)
+
+DATA = load_dataset("digits", MPI.COMM_SELF)
+X, Y = DATA.X_train[:600], DATA.y_train[:600]
+TEST = (DATA.X_test[:200], DATA.y_test[:200])
+
+
+def softmax(alpha=1e-3):
+    return get_model("softmax", n_features=64, n_classes=10, alpha=alpha)
+
+
+def clients(name="quantity", n_clients=12, **options):
+    return split_clients(X, Y, partition(name, Y, n_clients, 3, **options))
+
+
+def same_on_every_rank(comm, array):
+    return all(np.array_equal(other, array) for other in comm.allgather(array))
+
+
+# -- the strategies against their definitions ------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedsgd_with_every_client_is_full_batch_gradient_descent(comm):
+    parts = clients("quantity")  # unequal n_k: the weights n_k / n matter
+    assert len({y.size for _, y in parts}) > 3
+    model, lr = softmax(), 0.5
+    result = run_federated(model, parts, "fedsgd", comm, fraction=1.0, rounds=6, lr=lr)
+    X_all = np.concatenate([Xk for Xk, _ in parts])
+    y_all = np.concatenate([yk for _, yk in parts])
+    w = model.init_params(0)
+    for _ in range(6):
+        w = w - lr * model.loss_and_grad(w, X_all, y_all)[1]
+    assert np.linalg.norm(result.params - w) <= 1e-12 * np.linalg.norm(w)
+    assert result.history["participants"] == [12] * 6 and result.status == "finished"
+    assert same_on_every_rank(comm, result.params)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedavg_with_one_full_batch_epoch_and_every_client_is_fedsgd(comm):
+    parts = clients("dirichlet", alpha=0.5)
+    fedavg = run_federated(softmax(), parts, "fedavg", comm, fraction=1.0, rounds=4, local_epochs=1,
+                           batch_size=None, lr=0.3)
+    fedsgd = run_federated(softmax(), parts, "fedsgd", comm, fraction=1.0, rounds=4, local_epochs=7,
+                           batch_size=5, lr=0.3)
+    assert np.array_equal(fedavg.params, fedsgd.params)
+
+
+def test_aggregation_weights_clients_by_their_rows():
+    updates = [ClientUpdate(0, np.array([1.0, 0.0]), 1.0, 4, 0.0), ClientUpdate(5, np.array([0.0, 1.0]), 3.0, 1, 0.0)]
+    assert np.allclose(FedAvg().aggregate_fit(updates), [0.25, 0.75])
+    # FedNova: tau_eff = 0.25 * 4 + 0.75 * 1 = 1.75, d = (1/4, 0), (0, 1)
+    assert np.allclose(FedNova().aggregate_fit(updates), 1.75 * np.array([0.25 / 4, 0.75]))
+    # two clients of 1 and 3 rows, one full-batch step each: the step of the 4 rows' mean gradient
+    model = softmax(alpha=0.0)
+    parts = [(X[:1], Y[:1]), (X[1:4], Y[1:4])]
+    result = run_federated(model, parts, "fedsgd", MPI.COMM_SELF, fraction=1.0, rounds=1, lr=1.0)
+    assert np.allclose(result.params, -model.loss_and_grad(model.init_params(0), X[:4], Y[:4])[1], atol=1e-15)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedprox_with_mu_zero_is_fedavg_and_keeps_the_stragglers_fedavg_drops(comm):
+    parts = clients("pathological", n_clients=20)
+    common = dict(fraction=0.5, rounds=4, local_epochs=3, batch_size=16, lr=0.05)
+    fedavg = run_federated(softmax(), parts, "fedavg", comm, **common)
+    fedprox = run_federated(softmax(), parts, "fedprox", comm, strategy_options={"mu": 0.0}, **common)
+    assert np.array_equal(fedavg.params, fedprox.params)
+    proximal = run_federated(softmax(), parts, "fedprox", comm, strategy_options={"mu": 1.0}, **common)
+    assert not np.array_equal(proximal.params, fedavg.params)
+    straggling = dict(common, stragglers=0.5)
+    dropped = run_federated(softmax(), parts, "fedavg", comm, **straggling)
+    kept = run_federated(softmax(), parts, "fedprox", comm, strategy_options={"mu": 0.0}, **straggling)
+    assert sum(dropped.history["stragglers"]) > 0 and sum(kept.history["stragglers"]) == 0
+    assert (sum(kept.history["participants"])
+            == sum(dropped.history["participants"]) + sum(dropped.history["stragglers"]))
+
+
+class Quadratic(Model):
+    """F_k(x) = (1/2) ||x - e_k||^2: every row of client k's X is its target e_k."""
+    name = "quadratic"
+
+    def __init__(self, n):
+        super().__init__(n, [(n,)])
+
+    def init_params(self, seed):
+        return np.zeros(self.n_params)
+
+    def loss_and_grad(self, params, X, y):
+        difference = params - X.mean(axis=0)
+        return 0.5 * float(difference @ difference), difference
+
+    def predict(self, params, X):
+        return np.zeros(X.shape[0])
+
+
+def test_fednova_fixed_point_is_the_optimum_where_fedavg_is_biased_toward_more_local_steps():
+    # client k has rows[k] copies of e_k and B = 1: tau_k = rows[k] local GD steps of rate lr on F_k
+    rows, lr = np.array([1, 2, 8]), 0.01
+    parts = [(np.tile(np.eye(3)[k], (rows[k], 1)), np.zeros(rows[k])) for k in range(3)]
+    p = rows / rows.sum()
+    optimum = p  # argmin sum_k p_k F_k = sum_k p_k e_k
+    contraction = 1 - (1 - lr) ** rows  # delta_k = contraction_k (e_k - x)
+    expected = {"fedavg": p * contraction / (p * contraction).sum(),
+                "fednova": p * contraction / rows / (p * contraction / rows).sum()}
+    small_lr_limit = {"fedavg": p * rows / (p * rows).sum(), "fednova": optimum}
+    for name in ("fedavg", "fednova"):
+        result = run_federated(Quadratic(3), parts, name, MPI.COMM_SELF, fraction=1.0, rounds=3000, batch_size=1,
+                               lr=lr)
+        assert np.allclose(result.params, expected[name], rtol=0, atol=1e-9), name
+        assert np.linalg.norm(result.params - small_lr_limit[name]) < 0.02, name
+    fedavg = expected["fedavg"]
+    assert np.linalg.norm(fedavg - optimum) > 0.2 and fedavg[2] > optimum[2], "FedAvg leans to the 8-step client"
+    assert np.linalg.norm(expected["fednova"] - optimum) < 0.02
+
+
+def test_server_momentum_is_fedavgm_and_defaults_to_plain_fedavg():
+    parts = clients()
+    plain = run_federated(softmax(), parts, "fedavg", MPI.COMM_SELF, fraction=0.5, rounds=3, lr=0.05)
+    unit = run_federated(softmax(), parts, FedAvg(server_lr=1.0, server_momentum=0.0), MPI.COMM_SELF,
+                         fraction=0.5, rounds=3, lr=0.05)
+    momentum = run_federated(softmax(), parts, "fedavg", MPI.COMM_SELF, fraction=0.5, rounds=3, lr=0.05,
+                             strategy_options={"server_momentum": 0.9})
+    assert np.array_equal(plain.params, unit.params) and not np.array_equal(plain.params, momentum.params)
+
+
+# -- rank counts, faults --------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("strategy", ["fedavg", "fedprox", "fednova"])
+def test_any_rank_count_gives_the_single_process_model_bit_for_bit(comm, strategy):
+    parts = clients("dirichlet", n_clients=25, alpha=0.3)
+    options = dict(fraction=0.4, rounds=5, local_epochs=2, batch_size=10, lr=0.05, dropout=0.2, stragglers=0.4,
+                   seed=7)
+    distributed = run_federated(softmax(), parts, strategy, comm, test_data=TEST, **options)
+    single = run_federated(softmax(), parts, strategy, MPI.COMM_SELF, test_data=TEST, **options)
+    assert np.array_equal(distributed.params, single.params)
+    for column in ("participants", "dropped", "stragglers", "loss", "test_accuracy", "bytes_sent"):
+        assert distributed.history[column] == single.history[column], column
+    assert distributed.loss == single.loss and distributed.test_accuracy == single.test_accuracy
+    assert same_on_every_rank(comm, distributed.params)
+    assert distributed.info["ranks"] == comm.size and distributed.info["placement"] == "client k on rank k % ranks"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_dropouts_are_counted_and_a_round_without_reports_keeps_the_model(comm):
+    result = run_federated(softmax(), clients(), "fedavg", comm, fraction=0.5, rounds=6, dropout=0.5, lr=0.05)
+    h = result.history
+    assert sum(h["dropped"]) > 0
+    assert all(s == p + d for s, p, d in zip(h["sampled"], h["participants"], h["dropped"]))
+    parts = clients(n_clients=2)
+    empty = run_federated(softmax(), parts, "fedavg", comm, fraction=1.0, rounds=2, dropout=0.95, seed=1)
+    assert empty.history["participants"] == [0, 0] and empty.history["loss"] == [None] * 2
+    assert all(note == "no client reported; the model is kept" for note in empty.history["note"])
+    assert np.array_equal(empty.params, softmax().init_params(1)) and empty.history["bytes_sent"] == [0.0] * 2
+
+
+class FailFor:
+    """A hook that raises for one client: a client whose local work fails."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def transform_update(self, update, client, round):
+        if client == self.client:
+            raise RuntimeError(f"client {client} lost its data")
+        return update
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_failing_client_is_reported_and_left_out_or_ends_the_run_on_every_rank(comm):
+    parts = clients()
+    tolerated = run_federated(softmax(), parts, "fedavg", comm, fraction=1.0, rounds=2, hooks=[FailFor(3)],
+                              tolerate_failures=True)
+    assert tolerated.history["failed"] == [1, 1] and tolerated.history["participants"] == [11, 11]
+    assert tolerated.history["failures"][0] == [{"client": 3, "error": "RuntimeError: client 3 lost its data"}]
+    with pytest.raises(CollectiveError) as raised:
+        run_federated(softmax(), parts, "fedavg", comm, fraction=1.0, rounds=2, hooks=[FailFor(3)])
+    message = "client 3 failed in round 0: RuntimeError: client 3 lost its data"
+    assert f"rank {3 % comm.size}: {message}" in str(raised.value)
+
+
+def test_hooks_see_every_update_and_the_aggregate_in_order():
+    calls = []
+
+    class Recorder:
+        def transform_update(self, update, client, round):
+            calls.append(("update", round, client))
+            return update
+
+        def transform_aggregate(self, delta, round, updates):
+            calls.append(("aggregate", round, tuple(u.client for u in updates)))
+            return delta
+
+        def epsilon(self):
+            return 1.5
+
+    result = run_federated(softmax(), clients(n_clients=3), "fedavg", MPI.COMM_SELF, fraction=1.0, rounds=1,
+                           hooks=[Recorder()])
+    assert calls == [("update", 0, 0), ("update", 0, 1), ("update", 0, 2), ("aggregate", 0, (0, 1, 2))]
+    assert result.history["epsilon"] == [1.5]
+    plain = run_federated(softmax(), clients(n_clients=3), "fedavg", MPI.COMM_SELF, fraction=1.0, rounds=1)
+    assert plain.history["epsilon"] == [None]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_bad_settings_raise_the_same_error_on_every_rank(comm):
+    for options, message in (({"fraction": 0.0}, "fraction must be in (0, 1]"),
+                             ({"rounds": 1, "stepsize": 1}, "unknown federated setting(s) 'stepsize'"),
+                             ({"strategy": "fedfoo"}, "strategy must be one of fedavg, fedsgd, fedprox, fednova")):
+        options = dict(options)
+        strategy = options.pop("strategy", "fedavg")
+        with pytest.raises(CollectiveError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            run_federated(softmax(), clients(), strategy, comm, **options)
+
+
+# -- checkpoints, output --------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_run_resumed_at_a_round_boundary_matches_an_uninterrupted_one_bit_for_bit(comm, tmp_path):
+    folder = comm.bcast(str(tmp_path), root=0)
+    parts = clients("dirichlet", n_clients=16, alpha=0.5)
+    options = dict(fraction=0.5, local_epochs=2, lr=0.05, dropout=0.1, stragglers=0.3)
+    momentum = {"server_momentum": 0.5}
+    straight = run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=6, **options)
+    path = f"{folder}/fed.ckpt.npz"
+    first = run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=3, checkpoint=path,
+                          **options)
+    resumed = run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=6,
+                            checkpoint=path, **options)
+    assert first.rounds == 3 and resumed.rounds == 6 and resumed.info["resumed_at"] == 3
+    assert np.array_equal(resumed.params, straight.params)
+    assert resumed.history["loss"] == straight.history["loss"]
+    with pytest.raises(CollectiveError, match="belongs to another problem"):
+        run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=7, checkpoint=path,
+                      **dict(options, lr=0.1))
+
+
+def test_result_writes_json_and_csv(tmp_path):
+    import csv
+    import json
+    result = run_federated(softmax(), clients(), "fedavg", MPI.COMM_SELF, test_data=TEST, rounds=3, eval_every=2)
+    assert isinstance(result, FederatedResult)
+    result.save_json(tmp_path / "fed.json")
+    result.to_csv(tmp_path / "fed.csv")
+    payload = json.loads((tmp_path / "fed.json").read_text())
+    assert payload["rounds"] == 3 and len(payload["params"]) == 650
+    assert payload["history"]["test_accuracy"][0] is None and payload["history"]["test_accuracy"][1] is not None
+    rows = list(csv.DictReader(open(tmp_path / "fed.csv")))
+    assert [row["round"] for row in rows] == ["1", "2", "3"] and float(rows[2]["bytes_sent"]) > 0
+
+
+# -- data -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name, options", [("iid", {}), ("pathological", {}), ("dirichlet", {"alpha": 0.3}),
+                                           ("quantity", {"alpha": 0.5})])
+def test_partitioners_assign_every_row_once_and_are_seeded(name, options):
+    parts = partition(name, Y, 20, 5, **options)
+    assert len(parts) == 20 and all(part.size > 0 for part in parts)
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(Y.size))
+    again = partition(name, Y, 20, 5, **options)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert not all(np.array_equal(a, b) for a, b in zip(parts, partition(name, Y, 20, 6, **options)))
+
+
+def test_partitioners_skew_labels_and_sizes_as_their_schemes_say():
+    schemes = {"iid": ("iid", {}), "pathological": ("pathological", {}), "dirichlet": ("dirichlet", {"alpha": 0.1}),
+               "dirichlet_wide": ("dirichlet", {"alpha": 100.0})}
+    labels_per_client = {key: [np.unique(Y[part]).size for part in partition(name, Y, 30, 0, **options)]
+                         for key, (name, options) in schemes.items()}
+    assert max(labels_per_client["pathological"]) <= 4 and np.median(labels_per_client["pathological"]) <= 2
+    assert np.mean(labels_per_client["iid"]) > 8
+    assert np.mean(labels_per_client["dirichlet"]) < np.mean(labels_per_client["dirichlet_wide"]) - 3
+    iid_sizes = [part.size for part in partition("iid", Y, 30, 0)]
+    assert max(iid_sizes) - min(iid_sizes) <= 1
+    quantity_sizes = [part.size for part in partition("quantity", Y, 30, 0, alpha=0.5)]
+    assert max(quantity_sizes) > 2 * np.median(quantity_sizes) and min(quantity_sizes) >= 1
+    with pytest.raises(ValueError, match="cannot give each of 700 clients a row"):
+        partition("iid", Y, 700)
+
+
+def test_synthetic_clients_have_the_papers_shapes_and_are_seeded_per_client():
+    clients_ = synthetic_clients(5, alpha=1.0, beta=1.0, seed=2, max_samples=300)
+    assert len(clients_) == 5
+    for X_k, y_k in clients_:
+        assert X_k.shape[1] == 60 and X_k.shape[0] == y_k.size and 50 <= y_k.size <= 300
+        assert y_k.dtype == np.int64 and 0 <= y_k.min() and y_k.max() < 10
+    more = synthetic_clients(8, alpha=1.0, beta=1.0, seed=2, max_samples=300)
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(clients_, more[:5]))
+    other = synthetic_clients(5, alpha=1.0, beta=1.0, seed=3, max_samples=300)
+    assert not np.array_equal(clients_[0][1][:50], other[0][1][:50])
+    homogeneous = synthetic_clients(3, alpha=0.0, beta=0.0, seed=0, max_samples=200)
+    heterogeneous = synthetic_clients(3, alpha=5.0, beta=5.0, seed=0, max_samples=200)
+    spread = [np.std([X_k.mean() for X_k, _ in data]) for data in (homogeneous, heterogeneous)]
+    assert spread[0] < spread[1]
+
+
+def test_get_strategy_builds_registered_strategies_with_their_options():
+    assert isinstance(get_strategy("fedprox", mu=0.1), FedProx) and get_strategy("fedprox", mu=0.1).mu == 0.1
+    with pytest.raises(ValueError, match="mu must be a number >= 0"):
+        get_strategy("fedprox", mu=-1)
+    with pytest.raises(TypeError):
+        get_strategy("fedavg", mu=0.1)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_sigterm_ends_the_run_at_the_round_boundary_with_a_checkpoint(comm, tmp_path):
+    import os
+    import signal
+
+    class TermAt:
+        def transform_update(self, update, client, round):
+            if round == 1 and client == 0:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return update
+
+    path = comm.bcast(str(tmp_path), root=0) + "/term.ckpt.npz"
+    parts = clients()
+    options = dict(fraction=1.0, rounds=4, lr=0.05)
+    stopped = run_federated(softmax(), parts, "fedavg", comm, hooks=[TermAt()], checkpoint=path, **options)
+    assert stopped.status == "interrupted" and stopped.rounds == 2
+    resumed = run_federated(softmax(), parts, "fedavg", comm, checkpoint=path, **options)
+    straight = run_federated(softmax(), parts, "fedavg", comm, **options)
+    assert resumed.status == "finished" and np.array_equal(resumed.params, straight.params)

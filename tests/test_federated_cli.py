@@ -1,0 +1,62 @@
+"""``mpiopt federated`` under mpiexec, as a user runs it: the Python API's model, CSV, checkpoints, errors."""
+import csv
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+from conftest import run_mpi
+from mpiopt.data import load_dataset
+from mpiopt.federated import partition, run_federated, split_clients
+from mpiopt.models import get_model
+from mpiopt.slurm import render_script
+
+FEDERATED = ["-m", "mpiopt", "federated", "--strategy", "fedprox", "--mu", "0.01", "--data", "digits",
+             "--partition", "dirichlet", "--alpha", "0.5", "--clients", "20", "--fraction", "0.3", "--rounds", "4",
+             "--local-epochs", "2", "--batch-size", "10", "--lr", "0.05", "--dropout", "0.1", "--stragglers", "0.5"]
+
+
+def test_cli_federated_at_two_ranks_matches_the_python_api(tmp_path):
+    output, table = tmp_path / "fed.json", tmp_path / "fed.csv"
+    completed = run_mpi(2, *FEDERATED, "--output", str(output), "--csv", str(table))
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count("mpiopt federated learning") == 1, "log must come from rank 0 only"
+    assert "result written to" in completed.stdout
+    result = json.loads(output.read_text())
+    assert result["status"] == "finished" and result["rounds"] == 4 and result["info"]["ranks"] == 2
+    assert result["source"]["partition"] == "dirichlet" and 0 < result["test_accuracy"] <= 1
+    assert [row["round"] for row in csv.DictReader(open(table))] == ["1", "2", "3", "4"]
+    data = load_dataset("digits", MPI.COMM_SELF)
+    clients = split_clients(data.X_train, data.y_train, partition("dirichlet", data.y_train, 20, 0, alpha=0.5))
+    model = get_model("softmax", n_features=64, n_classes=10, alpha=0.0)
+    direct = run_federated(model, clients, "fedprox", MPI.COMM_SELF, strategy_options={"mu": 0.01}, fraction=0.3,
+                           rounds=4, local_epochs=2, batch_size=10, lr=0.05, dropout=0.1, stragglers=0.5)
+    assert np.array_equal(result["params"], direct.params)
+
+
+def test_cli_federated_resumes_from_its_checkpoint(tmp_path):
+    checkpoint = tmp_path / "fed.ckpt.npz"
+    straight = run_mpi(2, *FEDERATED, "--quiet", "--output", str(tmp_path / "straight.json"))
+    first = run_mpi(2, *FEDERATED[:-12], "--rounds", "2", *FEDERATED[-10:], "--quiet", "--checkpoint",
+                    str(checkpoint), "--output", str(tmp_path / "first.json"))
+    assert straight.returncode == first.returncode == 0, straight.stderr + first.stderr
+    resumed = run_mpi(2, *FEDERATED, "--quiet", "--checkpoint", str(checkpoint), "--output",
+                      str(tmp_path / "resumed.json"))
+    assert resumed.returncode == 0, resumed.stderr
+    before, after = (json.loads((tmp_path / name).read_text()) for name in ("first.json", "resumed.json"))
+    assert before["rounds"] == 2 and after["info"]["resumed_at"] == 2
+    assert after["params"] == json.loads((tmp_path / "straight.json").read_text())["params"]
+
+
+def test_cli_federated_bad_options_exit_with_one_clear_message(tmp_path):
+    for arguments, message in ((["--strategy", "fedavg", "--mu", "0.1"], "fedavg takes no mu"),
+                               (["--fraction", "2"], "fraction must be in (0, 1]")):
+        completed = run_mpi(2, "-m", "mpiopt", "federated", "--clients", "10", "--rounds", "1", *arguments,
+                            "--output", str(tmp_path / "bad.json"))
+        assert completed.returncode == 2 and completed.stderr.count(message) == 1, completed.stderr
+        assert not (tmp_path / "bad.json").exists()
+
+
+def test_federated_is_a_resumable_slurm_workload():
+    script = render_script("federated", ["--rounds", "100"], ntasks=4)
+    assert "-m mpiopt federated --rounds 100 --checkpoint \"$CHECKPOINT\"" in script

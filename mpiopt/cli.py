@@ -279,6 +279,16 @@ def _add_federated(commands):
     group.add_argument("--tolerate-failures", action="store_true", help="leave failing clients out of their round")
     group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS), help="(default %(default)s)")
     group.add_argument("--eval-every", type=int, default=defaults.eval_every, help="rounds between test evaluations")
+    group = federated.add_argument_group("privacy and secure aggregation (docs/federated.md)")
+    group.add_argument("--dp-clip", type=float, metavar="S",
+                       help="client-level DP-FedAvg: clip each client's update to L2 norm S (turns DP on)")
+    group.add_argument("--dp-noise", type=float, metavar="z",
+                       help="DP noise multiplier: N(0, (z S)^2) on the sum of clipped updates (default 1.0)")
+    group.add_argument("--dp-delta", type=float, metavar="d",
+                       help="the delta at which epsilon is reported each round (default 1e-5)")
+    group.add_argument("--secure", action="store_true", help="secure aggregation by pairwise additive masks")
+    group.add_argument("--drop-after-masking", type=float, default=0.0, metavar="p",
+                       help="with --secure: probability that a client drops after masking (default %(default)s)")
     group = federated.add_argument_group("output")
     group.add_argument("--output", default="mpiopt_federated.json", help="JSON result file (default %(default)s)")
     group.add_argument("--csv", help="per-round CSV file")
@@ -341,8 +351,10 @@ def run_federated(args, comm):
         if args.strategy != "fedprox":
             model_problem = model_problem or f"--mu is FedProx's; strategy {args.strategy} takes no mu"
         strategy_options["mu"] = args.mu
-    check_collectively(comm, problem or model_problem)
+    hooks, hooks_problem = _federated_hooks(args)
+    check_collectively(comm, problem or model_problem or hooks_problem)
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,
+                      hooks=hooks,
                       rounds=args.rounds, fraction=args.fraction, local_epochs=args.local_epochs,
                       batch_size=args.batch_size or None, lr=args.lr, momentum=args.momentum, seed=args.seed,
                       dropout=args.dropout, stragglers=args.stragglers, tolerate_failures=args.tolerate_failures,
@@ -358,6 +370,27 @@ def run_federated(args, comm):
         print(f"federated {result.rounds} rounds ({result.status}); client loss {result.loss:.6e}{accuracy}; "
               f"result written to {args.output}")
     return 3 if result.status == "interrupted" else 0
+
+
+def _federated_hooks(args):
+    """(the hooks of --dp-* and --secure, DP first so that the clipped update is masked; a problem or None)."""
+    from .federated import DPHook, SecureAggregationHook
+    hooks = []
+    try:
+        if args.dp_clip is not None and args.dp_noise is not None and not args.dp_noise > 0:
+            return [], f"--dp-noise must be > 0 (z = {args.dp_noise} gives no privacy: epsilon is infinite)"
+        if args.dp_clip is not None:
+            hooks.append(DPHook(args.dp_clip, 1.0 if args.dp_noise is None else args.dp_noise,
+                                1e-5 if args.dp_delta is None else args.dp_delta, seed=args.seed))
+        elif args.dp_noise is not None or args.dp_delta is not None:
+            return [], "--dp-noise and --dp-delta go with --dp-clip"
+        if args.secure:
+            hooks.append(SecureAggregationHook(args.seed, drop_after_masking=args.drop_after_masking))
+        elif args.drop_after_masking:
+            return [], "--drop-after-masking goes with --secure"
+    except ValueError as error:
+        return [], str(error)
+    return hooks, None
 
 
 def _built(kind, name, given, always):

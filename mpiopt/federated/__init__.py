@@ -26,3 +26,10 @@ from .synthetic import synthetic_clients
 
 __all__ = ["ClientUpdate", "FedAvg", "FedNova", "FedProx", "FedSGD", "FederatedResult", "FederatedSettings",
            "Strategy", "get_strategy", "partition", "run_federated", "split_clients", "synthetic_clients"]
+
+from .hooks import DPHook, SecureAggregationHook  # noqa: E402 (privacy and secure-aggregation hooks: hooks.py)
+
+__all__ += ["DPHook", "SecureAggregationHook"]
+from .fedbuff import FedBuffSettings, run_fedbuff, staleness_weight  # noqa: E402
+
+__all__ += ["FedBuffSettings", "run_fedbuff", "staleness_weight"]

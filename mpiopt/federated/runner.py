@@ -11,8 +11,12 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    is a straggler with probability s (``random_stream(seed, "straggler", t,
    k)``: it runs a uniform 1..E epochs, and is left out unless the strategy
    ``keeps_stragglers``), else trains (:func:`.client.train_client`);
-   every hook's ``transform_update(update, client, round)`` then sees the
-   update, on the client's rank (client-side clipping and noise, masks);
+   before that, every hook's ``begin_round(round, participants)`` learns the
+   clients that will train (sampled, neither dropped nor left out as
+   stragglers: the same on every rank); after it, every hook's
+   ``transform_update(update, client, round)`` sees the update, on the
+   client's rank (client-side clipping and noise, masks), and may return None
+   (the upload never arrives: the client counts as dropped);
    an exception in training or a hook makes the client *failed*;
 3. one ``allgatherv`` of the reducer (``settings.reducer``) moves every
    reporting client's row [k, n_k, tau_k, loss_k, delta_k] to every rank, and
@@ -20,9 +24,10 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    with its error) and the checkpoint signals;
 4. failed clients end the run with the same CollectiveError on every rank
    unless ``tolerate_failures``; otherwise every rank sorts the rows by
-   client and computes, in client order, Delta = ``strategy.aggregate_fit``,
-   then each hook's ``transform_aggregate(delta, round, updates)`` (server
-   noise), then ``strategy.server_update(params, delta)``.  No report: the
+   client and computes, in client order, Delta = ``strategy.aggregate_fit``
+   (or the ``aggregate(updates, round)`` of the one hook that has it: a
+   masked sum), then each hook's ``transform_aggregate(delta, round,
+   updates)`` (server noise), then ``strategy.server_update(params, delta)``.  No report: the
    model is kept and the round's note says so.
 
 Summing in client order makes the model the same bit for bit at any rank
@@ -41,7 +46,7 @@ import numpy as np
 
 from ..collectives import Reducer, get_reducer
 from ..core.checkpoint import Checkpointer
-from ..core.comm import CollectiveError, resolve_comm
+from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.log import IterationLog
 from ..core.random import random_stream
 from ..core.registry import RegistryError
@@ -69,20 +74,25 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     ``model.init_params(seed)``); ``hooks`` objects with any of
     ``transform_update(update, client, round) -> update``,
     ``transform_aggregate(delta, round, updates) -> delta``, ``epsilon()``,
-    ``state_dict()``/``load_state_dict(state)`` (see docs/federated.md).
+    ``state_dict()``/``load_state_dict(state)``, ``setup(strategy, n_clients,
+    settings) -> problem``, ``begin_round(round, participants)``,
+    ``aggregate(updates, round) -> delta`` (see docs/federated.md and
+    :mod:`.hooks`).
     Settings: :class:`FederatedSettings`.  Returns a :class:`FederatedResult`,
     the same on every rank; bad settings or data raise the same
     CollectiveError on every rank.
     """
     start = time.perf_counter()
-    comm = resolve_comm(comm)
+    comm, hooks = resolve_comm(comm), list(hooks)
     strategy, problem = _strategy(strategy, strategy_options)
     local, problem = _local_clients(model, clients, comm, problem)
     problem = problem or _test_problem(model, test_data) or _params_problem(model, params)
     options = FederatedSettings.collective(comm, problem, agree={
         "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
+    check_collectively(comm, _hooks_problem(hooks, strategy, len(clients), options))
+    columns = LOG_COLUMNS + ((("epsilon", "9.4g"),) if any(hasattr(hook, "epsilon") for hook in hooks) else ())
     federation = Federation(model, len(clients), local, strategy, options, comm, params, test_data, hooks,
-                            IterationLog(options.verbose and comm.rank == 0, LOG_COLUMNS, stream=log_stream))
+                            IterationLog(options.verbose and comm.rank == 0, columns, stream=log_stream))
     try:
         return federation.run(start)
     finally:
@@ -96,6 +106,18 @@ def _strategy(strategy, options):
         return get_strategy(strategy, **(options or {})), None
     except (RegistryError, TypeError, ValueError) as error:
         return None, str(error)
+
+
+def _hooks_problem(hooks, strategy, n_clients, settings):
+    """The first hook's problem with this run (its ``setup``), or two hooks that both replace the aggregation."""
+    if sum(hasattr(hook, "aggregate") for hook in hooks) > 1:
+        return "at most one hook may replace the aggregation (aggregate), got " + ", ".join(
+            repr(hook) for hook in hooks if hasattr(hook, "aggregate"))
+    for hook in hooks:
+        problem = hook.setup(strategy, n_clients, settings) if hasattr(hook, "setup") else None
+        if problem:
+            return problem
+    return None
 
 
 def _local_clients(model, clients, comm, problem):
@@ -176,14 +198,15 @@ class Federation:
         return None, epochs
 
     def train(self, round, client, epochs):
-        """The client's update after every hook's ``transform_update`` (raises what training raises)."""
+        """The client's update after every hook's ``transform_update``, None if a hook withheld it (raises what
+        training raises)."""
         s = self.settings
         X, y = self.local[client]
         update = train_client(self.model, X, y, self.params, self.strategy, client=client, round=round, epochs=epochs,
                               batch_size=self.strategy.local_batch_size(s.batch_size), lr=s.lr,
                               momentum=s.momentum, seed=s.seed)
         for hook in self.hooks:
-            if hasattr(hook, "transform_update"):
+            if hasattr(hook, "transform_update") and update is not None:
                 update = hook.transform_update(update, client, round)
         return update
 
@@ -202,6 +225,9 @@ class Federation:
                 fates[client] = "failed"
                 failures.append({"client": client, "error": f"{type(error).__name__}: {error}"})
                 continue
+            if update is None:
+                fates[client] = "dropped"
+                continue
             rows.append(np.concatenate([[update.client, update.weight, update.steps, update.loss], update.delta]))
         payload = np.concatenate(rows) if rows else np.zeros(0)
         gathered, _ = self.reducer.allgatherv(payload)
@@ -219,13 +245,19 @@ class Federation:
     def round(self, round, signals):
         s = self.settings
         sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed)
+        starters = [hook for hook in self.hooks if hasattr(hook, "begin_round")]
+        if starters:
+            participants = [int(k) for k in sampled if self.fate(round, int(k))[0] is None]
+            for hook in starters:
+                hook.begin_round(round, participants)
         report = self.run_clients(round, sampled, signals)
         if report.failures and not s.tolerate_failures:
             raise CollectiveError({f["client"] % self.comm.size: f"client {f['client']} failed in round {round}: "
                                    f"{f['error']} (tolerate_failures=True leaves it out)" for f in report.failures})
         updates, note = report.updates, None
         if updates:
-            delta = self.strategy.aggregate_fit(updates)
+            aggregators = [hook for hook in self.hooks if hasattr(hook, "aggregate")]
+            delta = aggregators[0].aggregate(updates, round) if aggregators else self.strategy.aggregate_fit(updates)
             for hook in self.hooks:
                 if hasattr(hook, "transform_aggregate"):
                     delta = hook.transform_aggregate(delta, round, updates)
@@ -256,7 +288,7 @@ class Federation:
             self.log.row(round + 1, values["participants"], values["dropped"], values["failed"],
                          float("nan") if loss is None else loss,
                          float("nan") if test_accuracy is None else test_accuracy, report.bytes_sent / 1e6,
-                         values["time"])
+                         values["time"], float("nan") if values["epsilon"] is None else values["epsilon"])
         if note:
             self.log.note(f"round {round + 1}: {note}")
 

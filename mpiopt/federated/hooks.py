@@ -1,0 +1,164 @@
+"""Round hooks for ``run_federated``: client-level differential privacy and secure aggregation.
+
+``DPHook`` is DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018,
+Algorithm 1 with the fixed-denominator estimator), built on :mod:`.privacy`:
+
+    Delta = (sum_{k reporting} clip(delta_k, S) + N(0, (z S)^2 I)) / (q K)
+
+with q = ``fraction`` and K the number of clients.  The runner's FedAvg
+average weights client k by n_k / sum n_j; under adding or removing one
+client both the numerator and the denominator change, so its sensitivity
+is not S / (q K) and the accountant's guarantee would not hold.  The hook
+therefore replaces it with the paper's estimator: ``transform_update`` clips
+the update and sets its weight to 1 (the strategy then averages uniformly,
+and the round's reported loss is the uniform mean over the reporting
+clients), ``transform_aggregate`` turns the uniform mean of the m reporting
+clients back into their sum (times m), adds the noise once and divides by
+the *expected* count q K.  The sum of clipped updates has sensitivity S, so
+each round is the sampled Gaussian mechanism with noise multiplier z and rate
+q, which ``privacy.DPAccountant`` composes over the rounds run so far.  This
+holds for the strategies that average (fedavg, fedsgd, fedprox); FedNova's
+step-normalized average is refused.  Dropped, straggling and failed clients
+do not change the accounting: each round counts once with rate q, whoever
+reported (they only make the released sum smaller).  The sample is drawn
+without replacement (a fixed count round(q K)); the accountant treats it as
+Poisson sampling with rate q, as TensorFlow Privacy's reports do.
+
+``SecureAggregationHook`` is pairwise additive masking (Bonawitz et al., CCS
+2017; :mod:`.secure`): each reporting client uploads
+``mask_update(n_k delta_k, k, P, ...)`` on the ring Z / 2^64, where P are the
+round's participants (sampled and not dropped or left out before masking);
+the ring words travel bit for bit in the runner's float64 rows (a view, no
+conversion).  Clients that drop after masking (probability
+``drop_after_masking``, drawn from ``random_stream(session_seed,
+"drop-after-masking", round, k)``) and clients that fail never arrive; the
+server's ``aggregate`` sums the masked words, removes the masks shared with
+the missing participants (``unmask_sum``) and divides by sum n_k: FedAvg's
+weighted average up to the fixed-point step (each client's rounding is at most
+2^-(f+1)).  ``seen`` holds what the aggregator received in the last round.
+FedNova is refused (its average is not a weighted sum of the deltas).
+
+Put ``DPHook`` before ``SecureAggregationHook``: the clipped, weight-1 update
+is then what is masked, and the noise is added to the unmasked sum.
+
+Cost: clipping O(d) per client; masking O(|P| d) per client; the server's
+recovery O(|S| |D| d); one accountant composition per round.
+"""
+import dataclasses
+
+import numpy as np
+
+from ..core.random import random_stream
+from .privacy import DPAccountant, add_gaussian_noise, clip_update, privacy_problem
+from .secure import FRACTION_BITS, mask_update, ring_sum, to_ring, unmask_sum
+
+AVERAGING_STRATEGIES = ("fedavg", "fedsgd", "fedprox")
+
+
+def _strategy_problem(hook, strategy):
+    if strategy.name in AVERAGING_STRATEGIES:
+        return None
+    return (f"{hook} needs a strategy that averages the client updates ({', '.join(AVERAGING_STRATEGIES)}); "
+            f"{strategy.name} does not")
+
+
+class DPHook:
+    """Client-level DP-FedAvg: clip each update to ``clip_norm``, noise the sum with ``noise_multiplier``.
+
+    ``delta`` is the accountant's delta, ``seed`` the noise's seed
+    (``random_stream(seed, "dp-noise", round)``), ``accountant`` "rdp" or
+    "pld".  ``epsilon()`` is epsilon at ``delta`` after the rounds run so far;
+    ``clipped_norms`` holds this rank's clients' norms before clipping in the
+    last round (client -> norm).
+    """
+
+    def __init__(self, clip_norm, noise_multiplier, delta=1e-5, seed=0, accountant="rdp"):
+        problem = privacy_problem(clip_norm, noise_multiplier, delta)
+        if problem:
+            raise ValueError(problem)
+        self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
+        self.seed, self.method = seed, accountant
+        self.accountant, self.expected_clients, self.rounds, self.clipped_norms = None, None, 0, {}
+
+    def __repr__(self):
+        return (f"DPHook(clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, delta={self.delta}, "
+                f"accountant={self.method!r})")
+
+    def setup(self, strategy, n_clients, settings):
+        """A problem (the strategy does not average, bad accountant settings) or None."""
+        try:
+            self.accountant = DPAccountant(self.noise_multiplier, settings.fraction, self.delta, self.method)
+        except (ValueError, ImportError) as error:
+            return f"{self!r}: {error}"
+        self.expected_clients = settings.fraction * n_clients
+        return _strategy_problem(self, strategy)
+
+    def begin_round(self, round, participants):
+        self.rounds, self.clipped_norms = round + 1, {}
+
+    def transform_update(self, update, client, round):
+        clipped, norm = clip_update(update.delta, self.clip_norm)
+        self.clipped_norms[client] = norm
+        return dataclasses.replace(update, delta=clipped, weight=1.0)
+
+    def transform_aggregate(self, delta, round, updates):
+        """(the sum of the m clipped updates + N(0, (z S)^2 I)) / (q K), from their uniform mean ``delta``."""
+        noisy_sum = add_gaussian_noise(delta * len(updates), self.clip_norm, self.noise_multiplier, self.seed, round)
+        return noisy_sum / self.expected_clients
+
+    def epsilon(self):
+        return self.accountant.epsilon(self.rounds)
+
+    def describe(self):
+        return self.accountant.describe(self.rounds)
+
+
+class SecureAggregationHook:
+    """Pairwise-masked aggregation of the weighted updates, with recovery of clients that drop after masking.
+
+    ``session_seed`` derives the pair seeds (see :mod:`.secure`: a simulation,
+    not a key agreement); ``fraction_bits`` the fixed-point precision;
+    ``drop_after_masking`` the probability that a masking client's upload
+    never arrives.  ``seen``: client -> the uint64 words the aggregator
+    received from it in the last round; ``dropped_after_masking``: the
+    clients of the last round whose masks were recovered.
+    """
+
+    def __init__(self, session_seed, fraction_bits=FRACTION_BITS, drop_after_masking=0.0):
+        if not (isinstance(drop_after_masking, (int, float)) and 0 <= drop_after_masking < 1):
+            raise ValueError(f"drop_after_masking must be in [0, 1), got {drop_after_masking!r}")
+        to_ring(0.0, fraction_bits)  # checks fraction_bits
+        self.session_seed, self.fraction_bits = session_seed, fraction_bits
+        self.drop_after_masking = float(drop_after_masking)
+        self.participants, self.seen, self.dropped_after_masking = [], {}, []
+
+    def __repr__(self):
+        return (f"SecureAggregationHook(fraction_bits={self.fraction_bits}, "
+                f"drop_after_masking={self.drop_after_masking})")
+
+    def setup(self, strategy, n_clients, settings):
+        return _strategy_problem(self, strategy)
+
+    def begin_round(self, round, participants):
+        self.participants = [int(k) for k in participants]
+
+    def transform_update(self, update, client, round):
+        """The masked n_k delta_k as float64-viewed ring words, or None when the client drops after masking."""
+        weighted = update.weight * update.delta
+        if len(self.participants) > 1:
+            masked = mask_update(weighted, client, self.participants, self.session_seed, round, self.fraction_bits)
+        else:  # a lone participant's update is the sum itself: nothing to hide it in
+            masked = to_ring(weighted, self.fraction_bits)
+        if self.drop_after_masking and random_stream(self.session_seed, "drop-after-masking", round,
+                                                     client).random() < self.drop_after_masking:
+            return None
+        return dataclasses.replace(update, delta=masked.view(np.float64))
+
+    def aggregate(self, updates, round):
+        """sum_k n_k delta_k / sum_k n_k over the updates that arrived, from their masked words."""
+        self.seen = {update.client: update.delta.view(np.uint64).copy() for update in updates}
+        survivors = sorted(self.seen)
+        self.dropped_after_masking = sorted(set(self.participants) - set(survivors))
+        total = unmask_sum(ring_sum(self.seen[k] for k in survivors), survivors, self.dropped_after_masking,
+                           self.session_seed, round, self.fraction_bits)
+        return total / sum(update.weight for update in updates)

@@ -1,0 +1,151 @@
+"""FedBuff (mpiopt.federated.fedbuff): the staleness weights, the server's step count, the reduction to FedAvg,
+convergence, a slow worker that does not hold the server back, and clean shutdown.
+
+Arrivals from several workers depend on timing, so the MPI tests check properties, not an exact model,
+except with one worker (two ranks), where the run is deterministic.  MPI tests run at any rank count
+(``mpiexec -n K python -m pytest --only-mpi``); FedBuff itself needs two ranks and skips below.
+"""
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from mpiopt.core.comm import CollectiveError
+from mpiopt.data import load_dataset
+from mpiopt.federated import FederatedResult, partition, run_fedbuff, run_federated, split_clients, staleness_weight
+from mpiopt.models import get_model
+
+DATA = load_dataset("digits", MPI.COMM_SELF)
+X, Y = DATA.X_train[:600], DATA.y_train[:600]
+TEST = (DATA.X_test[:200], DATA.y_test[:200])
+
+
+def softmax():
+    return get_model("softmax", n_features=64, n_classes=10, alpha=1e-3)
+
+
+def iid_clients(n_clients):
+    return split_clients(X, Y, partition("iid", Y, n_clients, 3))
+
+
+def needs_two_ranks(comm):
+    if comm.size < 2:
+        pytest.skip("FedBuff needs a server and at least one worker")
+
+
+def same_on_every_rank(comm, array):
+    return all(np.array_equal(other, array) for other in comm.allgather(array))
+
+
+# -- the weighting -------------------------------------------------------------------------------------------
+def test_staleness_weight_follows_the_formula():
+    for tau in (0, 1, 2, 5, 100):
+        assert staleness_weight(tau) == pytest.approx((1 + tau) ** -0.5, rel=1e-15)
+        assert staleness_weight(tau, "polynomial", 2.0) == pytest.approx((1 + tau) ** -2.0, rel=1e-15)
+        assert staleness_weight(tau, "constant") == 1.0
+    assert staleness_weight(0) == 1.0 and staleness_weight(3) == 0.5
+    with pytest.raises(ValueError, match="staleness must be >= 0"):
+        staleness_weight(-1)
+    with pytest.raises(ValueError, match="polynomial, constant"):
+        staleness_weight(1, "hinge")
+
+
+def test_fedbuff_at_one_rank_raises_a_collective_error():
+    with pytest.raises(CollectiveError, match="at least 2 ranks"):
+        run_fedbuff(softmax(), iid_clients(4), MPI.COMM_SELF, server_steps=1)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_bad_settings_raise_the_same_error_on_every_rank(comm):
+    with pytest.raises(CollectiveError) as caught:
+        run_fedbuff(softmax(), iid_clients(4), comm, buffer_size=0, staleness="hinge")
+    assert len(set(comm.allgather(str(caught.value)))) == 1
+    if comm.size >= 2:
+        assert "buffer_size must be an integer >= 1" in str(caught.value)
+
+
+# -- the server -----------------------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_server_takes_exactly_server_steps_steps_of_buffer_size_updates(comm, tmp_path):
+    needs_two_ranks(comm)
+    result = run_fedbuff(softmax(), iid_clients(12), comm, buffer_size=3, server_steps=5, concurrency=2,
+                         lr=0.05, test_data=TEST)
+    assert isinstance(result, FederatedResult) and result.status == "finished"
+    assert result.rounds == 5 and result.history["round"] == [1, 2, 3, 4, 5]
+    assert result.history["participants"] == [3] * 5
+    assert result.info["updates_applied"] == 15 and result.info["discarded"] >= 0
+    assert all(tau >= 0 for taus in result.history["staleness"] for tau in taus)
+    assert all(1 <= worker < comm.size for workers in result.history["workers"] for worker in workers)
+    assert all(client % (comm.size - 1) == worker - 1
+               for clients, workers in zip(result.history["clients"], result.history["workers"])
+               for client, worker in zip(clients, workers))
+    assert result.test_accuracy is not None and result.history["test_accuracy"][-1] == result.test_accuracy
+    assert same_on_every_rank(comm, result.params)
+    result.to_csv(tmp_path / "fedbuff.csv")
+    assert len((tmp_path / "fedbuff.csv").read_text().splitlines()) == 6
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_one_worker_with_fresh_updates_and_constant_weights_is_fedavg(comm):
+    """Two ranks, K = concurrency = every client: each pull trains every client from one model, all fresh."""
+    needs_two_ranks(comm)
+    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
+    if pair == MPI.COMM_NULL:
+        return
+    parts = iid_clients(6)  # equal n_k: FedAvg's weights n_k / n are FedBuff's 1 / K
+    options = dict(local_epochs=2, batch_size=10, lr=0.1)
+    fedbuff = run_fedbuff(softmax(), parts, pair, buffer_size=6, concurrency=6, server_steps=4,
+                          staleness="constant", **options)
+    fedavg = run_federated(softmax(), parts, "fedavg", MPI.COMM_SELF, fraction=1.0, rounds=4, **options)
+    pair.Free()
+    assert fedbuff.history["staleness"] == [[0] * 6] * 4
+    assert np.linalg.norm(fedbuff.params - fedavg.params) <= 1e-12 * np.linalg.norm(fedavg.params)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedbuff_reaches_the_optimum_fedavg_reaches_on_a_convex_problem(comm):
+    """Noiseless least squares with one shared optimum: both reach it, whatever the order of arrivals."""
+    needs_two_ranks(comm)
+    rng = np.random.default_rng(0)
+    w_true = rng.normal(size=5)
+    parts = []
+    for _ in range(8):
+        features = rng.normal(size=(40, 5))
+        parts.append((features, features @ w_true + 0.5))
+    model = get_model("linear", n_features=5)
+    options = dict(local_epochs=1, batch_size=None, lr=0.3)
+    fedbuff = run_fedbuff(model, parts, comm, buffer_size=2, concurrency=2, server_steps=120, **options)
+    fedavg = run_federated(model, parts, "fedavg", MPI.COMM_SELF, fraction=1.0, rounds=120, **options)
+    optimum = np.concatenate([w_true, [0.5]])
+    assert np.linalg.norm(fedavg.params - optimum) <= 1e-6
+    assert np.linalg.norm(fedbuff.params - optimum) <= 1e-3 * np.linalg.norm(optimum)
+    assert fedbuff.loss <= 1e-6 and same_on_every_rank(comm, fedbuff.params)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_slow_worker_does_not_block_the_server(comm):
+    """Worker 1's clients sleep 1 s each; the others' updates fill the buffers meanwhile."""
+    if comm.size < 3:
+        pytest.skip("needs a slow worker and a fast one")
+    n_clients, steps = 12, 10
+    delays = [1.0 if client % (comm.size - 1) == 0 else 0.0 for client in range(n_clients)]
+    result = run_fedbuff(softmax(), iid_clients(n_clients), comm, buffer_size=2, server_steps=steps, lr=0.05,
+                         client_delays=delays)
+    assert result.rounds == steps
+    assert result.info["first_arrival"][1] >= steps // 2  # server steps done before the slow worker's first push
+    assert sum(workers.count(1) for workers in result.history["workers"]) <= 2
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_idle_workers_and_an_exhausted_budget_shut_down_cleanly(comm):
+    """One client for p - 1 workers (the others have none), and budgets of 0 and 3 steps."""
+    needs_two_ranks(comm)
+    for steps in (0, 3):
+        result = run_fedbuff(softmax(), iid_clients(1), comm, buffer_size=1, server_steps=steps)
+        assert result.rounds == steps and result.info["updates_applied"] == steps
+        assert all(workers == [1] for workers in result.history["workers"])

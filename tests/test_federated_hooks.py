@@ -1,0 +1,156 @@
+"""DPHook (DP-FedAvg) and SecureAggregationHook in ``run_federated``: clipping, noise, epsilon per round,
+masked uploads whose sum is exact, dropouts after masking, the same model at any rank count, the CLI.
+
+MPI tests run at any rank count (the serial pass at one rank, ``mpiexec -n K python -m pytest --only-mpi``
+at K); references are a single-process run (COMM_SELF), the run without the hook, privacy.DPAccountant
+and privacy.add_gaussian_noise.
+"""
+import csv
+import importlib.util
+import json
+import math
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+from scipy import stats
+
+from conftest import run_mpi
+from mpiopt.core.comm import CollectiveError
+from mpiopt.core.random import random_stream
+from mpiopt.data import load_dataset
+from mpiopt.federated import DPHook, SecureAggregationHook, partition, run_federated, split_clients
+from mpiopt.federated.privacy import DPAccountant, add_gaussian_noise
+from mpiopt.models import get_model
+
+needs_dp_accounting = pytest.mark.skipif(importlib.util.find_spec("dp_accounting") is None,
+                                         reason="dp-accounting is not installed (pip install 'mpiopt[privacy]')")
+
+DATA = load_dataset("digits", MPI.COMM_SELF)
+X, Y = DATA.X_train[:600], DATA.y_train[:600]
+PARTS = split_clients(X, Y, partition("quantity", Y, 12, 3))  # unequal n_k: the weights matter
+COMMON = dict(fraction=0.5, rounds=4, lr=0.05, seed=2)
+CLIP, NOISE, DELTA = 0.5, 1.1, 1e-5
+FIXED_POINT_TOLERANCE = 1e-8  # each round is off by at most 2^-33 per coordinate, well below this
+
+
+def softmax():
+    return get_model("softmax", n_features=64, n_classes=10, alpha=1e-3)
+
+
+class Recorder:
+    """A hook that keeps the updates it is given, on the client's rank (after the hooks before it)."""
+
+    def __init__(self):
+        self.updates = {}
+
+    def transform_update(self, update, client, round):
+        self.updates[(round, client)] = update
+        return update
+
+
+# -- DP-FedAvg --------------------------------------------------------------------------------------------
+@needs_dp_accounting
+def test_dp_clips_every_update_and_adds_the_seeded_noise_to_the_sum_over_the_expected_count():
+    recorder, dp = Recorder(), DPHook(CLIP, NOISE, DELTA, seed=9)
+    start = softmax().init_params(2)
+    result = run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, hooks=[dp, recorder], fraction=0.5, rounds=1,
+                           lr=0.5, seed=2)
+    clipped = [update.delta for update in recorder.updates.values()]
+    assert len(clipped) == 6 and max(dp.clipped_norms.values()) > CLIP  # some updates were clipped
+    assert all(np.linalg.norm(delta) <= CLIP * (1 + 1e-12) for delta in clipped)
+    expected_count = 0.5 * len(PARTS)
+    noise = (result.params - start) * expected_count - np.sum(clipped, axis=0)
+    np.testing.assert_allclose(noise, add_gaussian_noise(np.zeros_like(start), CLIP, NOISE, 9, 0), atol=1e-12)
+    std, n = NOISE * CLIP, noise.size
+    assert abs(noise.mean()) < 5 * std / math.sqrt(n)
+    assert abs(noise.var(ddof=1) - std ** 2) < 5 * std ** 2 * math.sqrt(2 / (n - 1))
+
+
+@needs_dp_accounting
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_dp_epsilon_per_round_is_the_accountants_and_the_model_is_the_same_at_any_rank_count(comm):
+    options = dict(COMMON, dropout=0.2, stragglers=0.3, fraction=0.25)
+    result = run_federated(softmax(), PARTS, "fedprox", comm, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)], **options)
+    single = run_federated(softmax(), PARTS, "fedprox", MPI.COMM_SELF, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)],
+                           **options)
+    assert np.array_equal(result.params, single.params)
+    accountant = DPAccountant(NOISE, 0.25, DELTA)
+    assert result.history["epsilon"] == [accountant.epsilon(rounds) for rounds in range(1, 5)]
+    assert all(a < b for a, b in zip(result.history["epsilon"], result.history["epsilon"][1:]))
+    assert sum(result.history["dropped"]) + sum(result.history["stragglers"]) > 0  # they still count as rounds
+
+
+@needs_dp_accounting
+def test_dp_and_secure_aggregation_refuse_fednova_on_every_rank():
+    for hook in (DPHook(CLIP, NOISE, DELTA), SecureAggregationHook(1)):
+        with pytest.raises(CollectiveError, match="fednova does not"):
+            run_federated(softmax(), PARTS, "fednova", MPI.COMM_SELF, hooks=[hook], **COMMON)
+    with pytest.raises(CollectiveError, match="at most one hook"):
+        run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, hooks=[SecureAggregationHook(1)] * 2, **COMMON)
+
+
+# -- secure aggregation -----------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strategy", ["fedavg", "fedprox"])
+def test_secure_aggregation_gives_the_unmasked_model_at_any_rank_count_with_drops_after_masking(comm, strategy):
+    options = dict(COMMON, dropout=0.2, stragglers=0.3)
+    plain = run_federated(softmax(), PARTS, strategy, MPI.COMM_SELF, **options)
+    secure = run_federated(softmax(), PARTS, strategy, comm, hooks=[SecureAggregationHook(11)], **options)
+    np.testing.assert_allclose(secure.params, plain.params, rtol=0, atol=FIXED_POINT_TOLERANCE)
+    assert secure.history["participants"] == plain.history["participants"]
+
+    hook = SecureAggregationHook(11, drop_after_masking=0.3)
+    dropping = run_federated(softmax(), PARTS, strategy, comm, hooks=[hook], **options)
+    single = run_federated(softmax(), PARTS, strategy, MPI.COMM_SELF, hooks=[SecureAggregationHook(11, 32, 0.3)],
+                           **options)
+    assert np.array_equal(dropping.params, single.params)
+    assert sum(dropping.history["dropped"]) > sum(plain.history["dropped"])  # some dropped after masking
+
+    class WithoutTheLateDrops:  # the reference: the same clients never sent, no masks to recover
+        def transform_update(self, update, client, round):
+            return None if (round, client) in late else update
+
+    late = {(round, k) for round in range(options["rounds"]) for k in range(len(PARTS))
+            if random_stream(11, "drop-after-masking", round, k).random() < 0.3}
+    reference = run_federated(softmax(), PARTS, strategy, MPI.COMM_SELF, hooks=[WithoutTheLateDrops()], **options)
+    np.testing.assert_allclose(dropping.params, reference.params, rtol=0, atol=FIXED_POINT_TOLERANCE)
+
+
+def test_what_the_aggregator_sees_of_each_update_is_uniform_and_uncorrelated_while_the_sum_is_exact():
+    recorder, hook = Recorder(), SecureAggregationHook(5, drop_after_masking=0.2)
+    options = dict(COMMON, rounds=1, fraction=1.0)
+    start = softmax().init_params(2)
+    result = run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, hooks=[recorder, hook], **options)
+    plain = {client: update.weight * update.delta for (_, client), update in recorder.updates.items()}
+    assert hook.dropped_after_masking and len(hook.seen) >= 2
+    d = start.size
+    for client, words in hook.seen.items():
+        uniform = words.astype(np.float64) / 2.0 ** 64
+        assert stats.kstest(uniform, "uniform").pvalue > 1e-4
+        correlation = np.corrcoef(uniform, plain[client])[0, 1]
+        assert abs(correlation) < 5 / math.sqrt(d), (client, correlation)
+    arrived = [client for client in plain if client in hook.seen]
+    weights = {client: recorder.updates[(0, client)].weight for client in arrived}
+    exact = np.sum([plain[k] for k in arrived], axis=0) / sum(weights.values())
+    assert np.max(np.abs((result.params - start) - exact)) < len(arrived) * 2.0 ** -33
+
+
+# -- the CLI ----------------------------------------------------------------------------------------------
+@needs_dp_accounting
+def test_cli_federated_with_dp_and_secure_aggregation_at_two_ranks_logs_epsilon_each_round(tmp_path):
+    output, table = tmp_path / "fed.json", tmp_path / "fed.csv"
+    completed = run_mpi(2, "-m", "mpiopt", "federated", "--clients", "12", "--fraction", "0.25", "--rounds", "3",
+                        "--dp-clip", "0.5", "--dp-noise", "1.1", "--dp-delta", "1e-5", "--secure",
+                        "--drop-after-masking", "0.2", "--output", str(output), "--csv", str(table))
+    assert completed.returncode == 0, completed.stderr
+    header = [line for line in completed.stdout.splitlines() if line.split()[:1] == ["round"]]
+    assert len(header) == 1 and header[0].split()[-1] == "epsilon"
+    expected = [DPAccountant(1.1, 0.25, 1e-5).epsilon(rounds) for rounds in (1, 2, 3)]
+    assert json.loads(output.read_text())["history"]["epsilon"] == pytest.approx(expected, rel=1e-12)
+    assert [float(row["epsilon"]) for row in csv.DictReader(open(table))] == pytest.approx(expected, rel=1e-9)
+    bad = run_mpi(2, "-m", "mpiopt", "federated", "--clients", "12", "--rounds", "1", "--drop-after-masking",
+                  "0.2", "--output", str(tmp_path / "bad.json"))
+    assert bad.returncode == 2 and bad.stderr.count("--drop-after-masking goes with --secure") == 1, bad.stderr

@@ -22,7 +22,8 @@ held-out test set of each site's patients, and by its communication rounds.
 * FedAvg and FedProx (mpiopt.federated): each round every site runs local
   epochs of SGD from the global model and the server averages.
 
-Then the same with site C dropping out of half the rounds.
+Then the same with site C dropping out of half the rounds, and FedAvg with
+client-level differential privacy (DP-FedAvg) at two noise levels.
 """
 import argparse
 import json
@@ -102,20 +103,23 @@ class SiteOutage:
         return update
 
 
-def federated(sites, comm, strategy, options, rounds, outage=False):
-    """FedAvg or FedProx with the three sites as the clients, all of them asked every round."""
-    from mpiopt.federated import run_federated
+def federated(sites, comm, strategy, options, rounds, outage=False, dp=None):
+    """FedAvg or FedProx with the three sites as the clients, all of them asked every round;
+    ``dp``: (clip norm, noise multiplier) for client-level differential privacy (DP-FedAvg)."""
+    from mpiopt.federated import DPHook, run_federated
     from mpiopt.models import get_model
     model = get_model("logistic", n_features=sites[0][0].shape[1], alpha=LAM)
     clients = [(X, y.astype(np.int64)) for X, y, _, _ in sites]
     X_test = np.concatenate([s[2] for s in sites])
     y_test = np.concatenate([s[3] for s in sites]).astype(np.int64)
+    hooks = ((SiteOutage(2),) if outage else ()) + ((DPHook(dp[0], dp[1], delta=1e-5, seed=0),) if dp else ())
     start = time.perf_counter()
     result = run_federated(model, clients, strategy, comm, strategy_options=options, test_data=(X_test, y_test),
                            rounds=rounds, fraction=1.0, local_epochs=5, batch_size=16, lr=0.1, seed=0,
-                           tolerate_failures=outage, hooks=(SiteOutage(2),) if outage else ())
+                           tolerate_failures=outage, hooks=hooks)
     return result.params, {"seconds": time.perf_counter() - start, "rounds": result.rounds,
-                           "failed_rounds": sum(1 for f in result.history["failures"] if f)}
+                           "failed_rounds": sum(1 for f in result.history["failures"] if f),
+                           "epsilon": result.history["epsilon"][-1] if dp else None}
 
 
 def main(argv=None):
@@ -156,6 +160,10 @@ def main(argv=None):
         runs["FedAvg" + suffix] = federated(sites, comm, "fedavg", {}, args.rounds, outage)
         runs["FedProx (mu = 0.1)" + suffix] = federated(sites, comm, "fedprox", {"mu": 0.1}, args.rounds, outage)
 
+    for clip, noise in ((1.0, 0.1), (1.0, 1.0)):
+        runs[f"FedAvg + DP (S = {clip}, z = {noise})"] = federated(sites, comm, "fedavg", {}, args.rounds,
+                                                                  dp=(clip, noise))
+
     reference = objective(runs["central"][0], X_train, y_train)
     table = []
     for name, (w, stats) in runs.items():
@@ -163,14 +171,15 @@ def main(argv=None):
         per_site = [accuracy(w, s[2], s[3]) for s in sites]
         table.append({"method": name, "objective": value, "relative_gap": (value - reference) / reference,
                       "test_accuracy": accuracy(w, X_test, y_test), "per_site_accuracy": per_site,
-                      "rounds": stats["rounds"], "seconds": stats["seconds"]})
+                      "rounds": stats["rounds"], "seconds": stats["seconds"], "epsilon": stats.get("epsilon")})
     if comm.rank == 0:
-        print("\n| method | objective | gap to central | test accuracy | A / B / C | rounds |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print("\n| method | objective | gap to central | test accuracy | A / B / C | rounds | epsilon (delta 1e-5) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for row in table:
             sites_text = " / ".join(f"{a:.3f}" for a in row["per_site_accuracy"])
+            epsilon = "" if row["epsilon"] is None else f"{row['epsilon']:.3g}"
             print(f"| {row['method']} | {row['objective']:.6f} | {row['relative_gap']:.1e} | "
-                  f"{row['test_accuracy']:.3f} | {sites_text} | {row['rounds']} |")
+                  f"{row['test_accuracy']:.3f} | {sites_text} | {row['rounds']} | {epsilon} |")
         from mpiopt.core.io import write_json
         write_json(args.output, {"example": "three_hospitals", "lam": LAM, "rounds": args.rounds, "runs": table})
         print(f"\nJSON written to {args.output}")

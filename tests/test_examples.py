@@ -21,4 +21,6 @@ def test_three_hospitals_compares_central_admm_fedavg_and_fedprox(tmp_path):
     assert runs["FedAvg"]["relative_gap"] > 0 and runs["FedProx (mu = 0.1)"]["relative_gap"] > 0
     assert runs["consensus ADMM, site C offline every other round"]["rounds"] == 2 * runs["consensus ADMM"]["rounds"]
     assert runs["FedAvg, site C offline every other round"]["relative_gap"] > runs["FedAvg"]["relative_gap"]
+    noisy = runs["FedAvg + DP (S = 1.0, z = 1.0)"]
+    assert noisy["epsilon"] > 0 and noisy["epsilon"] < runs["FedAvg + DP (S = 1.0, z = 0.1)"]["epsilon"]
     assert completed.stdout.count("| method |") == 1, "the table is printed once, by rank 0"

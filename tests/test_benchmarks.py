@@ -24,6 +24,8 @@ CASES = [
      "Compressors on 64 KiB of float32"),
     ("train.py", ["--hidden", "16,16", "--bucket-bytes", "1K", "--steps", "2", "--repeat", "1", "--batch-size", "32"],
      "mlp 64-16-16-10"),
+    ("federated.py", ["--quick", "--rounds", "2", "--clients", "20", "--hidden", "8", "--fedprox-rounds", "1",
+                      "--fedprox-epochs", "1", "--loss-every", "1"], "FedAvg against FedSGD on digits"),
 ]
 
 

@@ -1,0 +1,216 @@
+"""Two federated-learning papers at small scale: McMahan et al. 2017's Table 2 and FedProx's straggler experiment.
+
+    mpiexec -n 2 python benchmarks/federated.py [--rounds 100] [--fedprox-rounds 50] [--quick] [--plot fed.png]
+
+Measured in this run (the models are the same at any rank count, so the
+rank count changes only the time):
+
+* Table 2 of McMahan et al., "Communication-Efficient Learning of Deep
+  Networks from Decentralized Data", AISTATS 2017: rounds until the test
+  accuracy first reaches a target, FedSGD against FedAvg for several local
+  epochs E and batch sizes B, with the clients' data IID and pathological
+  non-IID (2 label-sorted shards per client).  Here: scikit-learn's digits
+  (1348 training rows) over 100 clients (about 13 rows each), C = 0.1, an
+  MLP 64-64-10; the paper's B = 50 and B = 10 (of 600 rows per client) become
+  B = 10 and B = 2 (of about 13), see ``CONFIGS``.  Each configuration's
+  learning rate is the best of a small grid (fewest rounds to the target),
+  as the paper tuned it per configuration.
+* FedProx, Li et al., "Federated Optimization in Heterogeneous Networks",
+  MLSys 2020, Figure 1: Synthetic(1, 1), 30 clients, softmax regression, 10
+  clients per round, E = 20, B = 10, lr = 0.01, with 0, 50 and 90% of the
+  sampled clients straggling (a uniform 1..E epochs): FedAvg (drops them),
+  FedProx mu = 0 (keeps them) and FedProx mu = 1; the training loss over
+  every client's rows every ``--loss-every`` rounds.
+
+A run stops early once it reaches the target: it is run in pieces and
+resumed from a checkpoint, which gives bit for bit the uninterrupted run.
+"""
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import report  # noqa: E402
+from common import printer, write_result  # noqa: E402
+from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+
+# (label, strategy, E, B here, B in the paper): the paper's clients hold 600 rows, ours about 13, so its B = 50
+# (12 steps an epoch) and B = 10 (60) become B = 10 (2 steps) and B = 2 (7 steps); None is all of a client's rows.
+CONFIGS = [("FedSGD", "fedsgd", 1, None, None), ("FedAvg", "fedavg", 5, None, None),
+           ("FedAvg", "fedavg", 1, 10, 50), ("FedAvg", "fedavg", 1, 2, 10), ("FedAvg", "fedavg", 5, 2, 10),
+           ("FedAvg", "fedavg", 20, 2, 10)]
+LR_GRID = {"fedsgd": (0.3, 1.0, 3.0), "fedavg": (0.03, 0.1, 0.3, 1.0)}
+# McMahan et al. 2017, Table 2, MNIST CNN, rounds to 99% test accuracy (IID, pathological non-IID), keyed by
+# (E, the paper's B; None is B = infinity).  The 2NN's rows (target 97%) are in the paper.
+PAPER_CNN = {(1, None): (626, 483), (5, None): (179, 1000), (1, 50): (65, 600), (20, None): (234, 672),
+             (1, 10): (34, 350), (5, 50): (29, 334), (20, 50): (32, 426), (5, 10): (20, 229), (20, 10): (18, 173)}
+STRAGGLERS = (0.0, 0.5, 0.9)
+PROX_STRATEGIES = (("FedAvg", "fedavg", {}), ("FedProx mu=0", "fedprox", {"mu": 0.0}),
+                   ("FedProx mu=1", "fedprox", {"mu": 1.0}))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=100, help="cap on the rounds of each Table 2 run")
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--hidden", type=int, default=64)
+    parser.add_argument("--target-iid", type=float, default=0.96)
+    parser.add_argument("--target-noniid", type=float, default=0.95)
+    parser.add_argument("--fedprox-rounds", type=int, default=50)
+    parser.add_argument("--fedprox-epochs", type=int, default=20)
+    parser.add_argument("--loss-every", type=int, default=10, help="rounds between FedProx's training losses")
+    parser.add_argument("--quick", action="store_true", help="one learning rate (the grid's second) per run")
+    parser.add_argument("--plot", default=None, help="a figure of test accuracy and training loss per round")
+    parser.add_argument("--output", default="results/federated.json")
+    return parser.parse_args(argv)
+
+
+class Pieces:
+    """``run(name, every, stop, rounds, ...)``: a run_federated call in pieces of ``every`` rounds, resumed from a
+    checkpoint in a scratch folder on rank 0, until ``stop(result)`` or ``rounds``; returns (result, per-piece ends)."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.folder = comm.bcast(tempfile.mkdtemp(prefix="mpiopt-federated-") if comm.rank == 0 else None, root=0)
+        self.count = 0
+
+    def run(self, model, clients, strategy, every, stop, rounds, **options):
+        from mpiopt.federated import run_federated
+        self.count += 1
+        path, ends, done = os.path.join(self.folder, f"run{self.count}.npz"), [], 0
+        while done < rounds:
+            done = min(done + every, rounds)
+            result = run_federated(model, clients, strategy, self.comm, rounds=done, checkpoint=path, **options)
+            if result.status != "finished":
+                raise SystemExit(f"interrupted after round {result.rounds}")
+            ends.append({"round": done, "loss": finite(result.loss), "accuracy": finite(result.accuracy)})
+            if stop(result):
+                break
+        return result, ends
+
+    def close(self):
+        if self.comm.rank == 0:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def finite(value):
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def rounds_to(history, target):
+    """The first round whose test accuracy is at least ``target`` (None if none)."""
+    return next((r for r, a in zip(history["round"], history["test_accuracy"]) if a is not None and a >= target), None)
+
+
+def table2(pieces, data, args, say):
+    from mpiopt.federated import partition, split_clients
+    from mpiopt.models import get_model
+    model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=(args.hidden,))
+    rows = []
+    for split, target in (("iid", args.target_iid), ("pathological", args.target_noniid)):
+        clients = split_clients(data.X_train, data.y_train, partition(split, data.y_train, args.clients, seed=0))
+        for label, strategy, epochs, batch, paper_batch in CONFIGS:
+            grid = LR_GRID[strategy][1:2] if args.quick else LR_GRID[strategy]
+            tried = []
+            for lr in grid:
+                result, _ = pieces.run(model, clients, strategy, 5,
+                                       lambda r: rounds_to(r.history, target) is not None, args.rounds,
+                                       test_data=(data.X_test, data.y_test), fraction=0.1, local_epochs=epochs,
+                                       batch_size=batch, lr=lr, seed=0, tolerate_failures=True)
+                tried.append({"lr": lr, "rounds": rounds_to(result.history, target),
+                              "test_accuracy": [finite(a) for a in result.history["test_accuracy"]]})
+            best = min(tried, key=lambda t: (t["rounds"] is None, t["rounds"] or 0, -max(
+                (a for a in t["test_accuracy"] if a is not None), default=0)))
+            paper = PAPER_CNN.get((epochs, paper_batch))
+            rows.append({"split": split, "target": target, "label": label, "strategy": strategy, "E": epochs,
+                         "B": batch, "paper_B": paper_batch, "lr": best["lr"], "rounds": best["rounds"],
+                         "paper_cnn_rounds": paper[split != "iid"] if paper else None,
+                         "lr_grid": [{"lr": t["lr"], "rounds": t["rounds"]} for t in tried],
+                         "test_accuracy": best["test_accuracy"]})
+            say(f"  {split:12s} {label} E={epochs} B={batch or 'all'}: lr {best['lr']}, "
+                f"rounds to {target}: {best['rounds'] or 'not reached'}")
+    return {"model": f"mlp 64-{args.hidden}-10", "n_params": model.n_params, "clients": args.clients,
+            "fraction": 0.1, "train_rows": int(data.y_train.size), "test_rows": int(data.y_test.size),
+            "cap": args.rounds, "rows": rows}
+
+
+def fedprox(pieces, args, say):
+    from mpiopt.federated import synthetic_clients
+    from mpiopt.models import get_model
+    clients = synthetic_clients(30, 1.0, 1.0, seed=0)
+    model = get_model("softmax", n_features=60, n_classes=10)
+    runs = []
+    for stragglers in STRAGGLERS:
+        for label, strategy, options in PROX_STRATEGIES:
+            result, ends = pieces.run(model, clients, strategy, args.loss_every, lambda r: False, args.fedprox_rounds,
+                                      strategy_options=options, fraction=10 / 30, local_epochs=args.fedprox_epochs,
+                                      batch_size=10, lr=0.01, seed=0, stragglers=stragglers, tolerate_failures=True)
+            h = result.history
+            runs.append({"stragglers": stragglers, "label": label, "loss": finite(result.loss),
+                         "accuracy": finite(result.accuracy), "curve": ends,
+                         "dropped_updates": int(sum(h["stragglers"])), "failed": int(sum(h["failed"]))})
+            say(f"  {stragglers:.0%} stragglers, {label}: training loss {result.loss:.4f}")
+    return {"clients": 30, "per_round": 10, "epochs": args.fedprox_epochs, "batch_size": 10, "lr": 0.01,
+            "rounds": args.fedprox_rounds, "rows": sum(int(y.size) for _, y in clients), "runs": runs}
+
+
+def plot(path, payload):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axes = plt.subplots(1, 5, figsize=(22, 4))
+    for axis, split in zip(axes[:2], ("iid", "pathological")):
+        for row in (r for r in payload["table2"]["rows"] if r["split"] == split):
+            points = [(i + 1, a) for i, a in enumerate(row["test_accuracy"]) if a is not None]
+            axis.plot(*zip(*points), label=f"{row['label']} E={row['E']} B={row['B'] or 'all'}")
+            axis.axhline(row["target"], color="grey", linewidth=0.5)
+        axis.set(title=f"digits, {split}: test accuracy", xlabel="round", ylim=(0.5, 1.0))
+        axis.legend(fontsize=7)
+    for axis, stragglers in zip(axes[2:], STRAGGLERS):
+        for run in (r for r in payload["fedprox"]["runs"] if r["stragglers"] == stragglers):
+            axis.plot([c["round"] for c in run["curve"]], [c["loss"] for c in run["curve"]], marker=".",
+                      label=run["label"])
+        axis.set(title=f"Synthetic(1,1), {stragglers:.0%} stragglers: training loss", xlabel="round")
+        axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+
+
+def main(argv=None):
+    set_blas_threads_from_mpi()
+    from mpi4py import MPI
+
+    from mpiopt.core.io import check_writable
+    from mpiopt.data import load_dataset
+
+    args = parse_args(argv)
+    comm = MPI.COMM_WORLD
+    check_writable([args.output, args.plot], comm)
+    say = printer(comm)
+    data = load_dataset("digits", comm=comm)
+    pieces = Pieces(comm)
+    try:
+        say("McMahan et al. 2017, Table 2 at small scale:")
+        table = table2(pieces, data, args, say)
+        say("FedProx, stragglers on Synthetic(1, 1):")
+        prox = fedprox(pieces, args, say)
+    finally:
+        pieces.close()
+    payload = {"benchmark": "federated", "ranks": comm.size, "quick": args.quick, "lr_grid": LR_GRID,
+               "table2": table, "fedprox": prox}
+    say("\n" + report.federated_tables(payload))
+    write_result(comm, args.output, payload)
+    if args.plot and comm.rank == 0:
+        plot(args.plot, payload)
+        print(f"figure written to {args.plot}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from mpiopt.core.comm import run_collectively
+    sys.exit(run_collectively(main))

@@ -46,3 +46,38 @@ def train_client(model, X, y, global_params, strategy, *, client, round, epochs,
     if not (math.isfinite(loss) and np.isfinite(delta).all()):
         raise FloatingPointError(f"client {client}'s local training diverged (loss {loss}, update not finite)")
     return ClientUpdate(client=int(client), delta=delta, weight=float(rows), steps=steps, loss=float(loss))
+
+
+def local_clients(model, clients, owned, problem=None):
+    """({k: (X_k, y_k)} of the clients ``owned`` here, checked, and the first problem (or ``problem``))."""
+    local = {}
+    if problem:
+        return local, problem
+    if len(clients) < 1:
+        return local, "there are no clients"
+    for k in owned:
+        try:
+            X, y = clients[k]
+            X = model.check_inputs(X)
+            y = model.check_targets(y, X.shape[0])
+        except (ValueError, TypeError) as error:
+            return local, f"client {k}: {error}"
+        if y.shape[0] == 0:
+            return local, f"client {k} has no rows"
+        local[k] = (X, y)
+    return local, None
+
+
+def data_problem(model, test_data, params):
+    """The first problem with the test data or the starting parameters, or None."""
+    if test_data is not None:
+        try:
+            X = model.check_inputs(test_data[0])
+            model.check_targets(test_data[1], X.shape[0])
+        except (ValueError, TypeError) as error:
+            return f"test_data: {error}"
+    try:
+        params is None or model.check_params(params)
+    except (ValueError, TypeError) as error:
+        return f"params: {error}"
+    return None

@@ -57,8 +57,9 @@ from ..collectives.async_server import AsyncParameterServer
 from ..core.comm import check_collectively, resolve_comm
 from ..core.random import random_stream
 from ..core.settings import Settings, is_integer, is_number
-from .client import train_client
+from .client import data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
+from .settings import local_training_checks
 from .strategy import Strategy
 
 TAIL = 3  # n_k, loss, client behind each pushed update
@@ -112,13 +113,7 @@ class FedBuffSettings(Settings):
              f"staleness_exponent must be a number >= 0, got {self.staleness_exponent!r}"),
             (integer(self.concurrency) and self.concurrency >= 1,
              f"concurrency must be an integer >= 1, got {self.concurrency!r}"),
-            (integer(self.local_epochs) and self.local_epochs >= 1,
-             f"local_epochs must be an integer >= 1, got {self.local_epochs!r}"),
-            (self.batch_size is None or (integer(self.batch_size) and self.batch_size >= 1),
-             f"batch_size must be None or an integer >= 1, got {self.batch_size!r}"),
-            (number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}"),
-            (number(self.momentum) and self.momentum >= 0, f"momentum must be a number >= 0, got {self.momentum!r}"),
-            (integer(self.seed) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}"),
+            *local_training_checks(self),
             (delays is None or (isinstance(delays, (list, tuple)) and all(number(d) and d >= 0 for d in delays)),
              f"client_delays must be None or a sequence of seconds >= 0, got {delays!r}"),
             (integer(self.eval_every) and self.eval_every >= 1,
@@ -143,8 +138,9 @@ def run_fedbuff(model, clients, comm=None, *, test_data=None, params=None, **set
     comm = resolve_comm(comm)
     problem = None if comm.size >= 2 else (
         f"FedBuff needs at least 2 ranks (rank 0 serves, the others train), got {comm.size}")
-    local, problem = _worker_clients(model, clients, comm, problem)
-    problem = problem or _data_problem(model, test_data, params)
+    workers = range(comm.rank - 1, len(clients), comm.size - 1) if comm.rank else ()  # rank 0 serves
+    local, problem = local_clients(model, clients, workers, problem)
+    problem = problem or data_problem(model, test_data, params)
     delays = settings.get("client_delays")
     if problem is None and delays is not None and len(delays) != len(clients):
         problem = f"client_delays has {len(delays)} entries for {len(clients)} clients"
@@ -260,39 +256,6 @@ def _work(server, model, local, settings):
                 time.sleep(settings.client_delays[int(client)])
             server.push(np.concatenate([update.delta, [update.weight, update.loss, update.client]]), version)
         pull += 1
-
-
-def _worker_clients(model, clients, comm, problem):
-    """({k: (X_k, y_k)} of this worker's clients, checked; rank 0 holds none), and the first problem."""
-    local = {}
-    if problem:
-        return local, problem
-    if len(clients) < 1:
-        return local, "there are no clients"
-    for k in range(comm.rank - 1, len(clients), comm.size - 1) if comm.rank else ():
-        try:
-            X, y = clients[k]
-            X = model.check_inputs(X)
-            y = model.check_targets(y, X.shape[0])
-        except (ValueError, TypeError) as error:
-            return local, f"client {k}: {error}"
-        if y.shape[0] == 0:
-            return local, f"client {k} has no rows"
-        local[k] = (X, y)
-    return local, None
-
-
-def _data_problem(model, test_data, params):
-    try:
-        if test_data is not None:
-            model.check_targets(test_data[1], model.check_inputs(test_data[0]).shape[0])
-    except (ValueError, TypeError) as error:
-        return f"test_data: {error}"
-    try:
-        params is None or model.check_params(params)
-    except (ValueError, TypeError) as error:
-        return f"params: {error}"
-    return None
 
 
 def _evaluate(model, params, data):

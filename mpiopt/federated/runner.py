@@ -51,7 +51,7 @@ from ..core.log import IterationLog
 from ..core.random import random_stream
 from ..core.registry import RegistryError
 from ..core.signals import SignalFlags
-from .client import train_client
+from .client import data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
 from .settings import FederatedSettings
 from .strategies import get_strategy
@@ -85,8 +85,8 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     start = time.perf_counter()
     comm, hooks = resolve_comm(comm), list(hooks)
     strategy, problem = _strategy(strategy, strategy_options)
-    local, problem = _local_clients(model, clients, comm, problem)
-    problem = problem or _test_problem(model, test_data) or _params_problem(model, params)
+    local, problem = local_clients(model, clients, range(comm.rank, len(clients), comm.size), problem)
+    problem = problem or data_problem(model, test_data, params)
     options = FederatedSettings.collective(comm, problem, agree={
         "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
     check_collectively(comm, _hooks_problem(hooks, strategy, len(clients), options))
@@ -117,45 +117,6 @@ def _hooks_problem(hooks, strategy, n_clients, settings):
         problem = hook.setup(strategy, n_clients, settings) if hasattr(hook, "setup") else None
         if problem:
             return problem
-    return None
-
-
-def _local_clients(model, clients, comm, problem):
-    """({k: (X_k, y_k)} of this rank's clients, checked, and the first problem (or ``problem``))."""
-    local = {}
-    if problem:
-        return local, problem
-    if len(clients) < 1:
-        return local, "there are no clients"
-    for k in range(comm.rank, len(clients), comm.size):
-        try:
-            X, y = clients[k]
-            X = model.check_inputs(X)
-            y = model.check_targets(y, X.shape[0])
-        except (ValueError, TypeError) as error:
-            return local, f"client {k}: {error}"
-        if y.shape[0] == 0:
-            return local, f"client {k} has no rows"
-        local[k] = (X, y)
-    return local, None
-
-
-def _test_problem(model, test_data):
-    if test_data is None:
-        return None
-    try:
-        X = model.check_inputs(test_data[0])
-        model.check_targets(test_data[1], X.shape[0])
-    except (ValueError, TypeError) as error:
-        return f"test_data: {error}"
-    return None
-
-
-def _params_problem(model, params):
-    try:
-        params is None or model.check_params(params)
-    except ValueError as error:
-        return str(error)
     return None
 
 

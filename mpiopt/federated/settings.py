@@ -9,6 +9,19 @@ from ..collectives import REDUCERS, Reducer
 from ..core.settings import Settings, is_integer, is_number
 
 
+def local_training_checks(settings):
+    """The checks of the settings every client's local training reads (synchronous and asynchronous runs)."""
+    number, integer, s = is_number, is_integer, settings
+    return [
+        (integer(s.local_epochs) and s.local_epochs >= 1, f"local_epochs must be an integer >= 1, got {s.local_epochs!r}"),
+        (s.batch_size is None or (integer(s.batch_size) and s.batch_size >= 1),
+         f"batch_size must be None or an integer >= 1, got {s.batch_size!r}"),
+        (number(s.lr) and s.lr > 0, f"lr must be a number > 0, got {s.lr!r}"),
+        (number(s.momentum) and s.momentum >= 0, f"momentum must be a number >= 0, got {s.momentum!r}"),
+        (integer(s.seed) and s.seed >= 0, f"seed must be an integer >= 0, got {s.seed!r}"),
+    ]
+
+
 @dataclasses.dataclass(frozen=True)
 class FederatedSettings(Settings):
     label = "federated"
@@ -35,13 +48,7 @@ class FederatedSettings(Settings):
         return [
             (integer(self.rounds) and self.rounds >= 0, f"rounds must be an integer >= 0, got {self.rounds!r}"),
             (number(self.fraction) and 0 < self.fraction <= 1, f"fraction must be in (0, 1], got {self.fraction!r}"),
-            (integer(self.local_epochs) and self.local_epochs >= 1,
-             f"local_epochs must be an integer >= 1, got {self.local_epochs!r}"),
-            (self.batch_size is None or (integer(self.batch_size) and self.batch_size >= 1),
-             f"batch_size must be None or an integer >= 1, got {self.batch_size!r}"),
-            (number(self.lr) and self.lr > 0, f"lr must be a number > 0, got {self.lr!r}"),
-            (number(self.momentum) and self.momentum >= 0, f"momentum must be a number >= 0, got {self.momentum!r}"),
-            (integer(self.seed) and self.seed >= 0, f"seed must be an integer >= 0, got {self.seed!r}"),
+            *local_training_checks(self),
             (number(self.dropout) and 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout!r}"),
             (number(self.stragglers) and 0 <= self.stragglers <= 1,
              f"stragglers must be in [0, 1], got {self.stragglers!r}"),

@@ -222,20 +222,23 @@ def test_two_task_job_matches_the_direct_run(tmp_path):
 
 
 @pytest.mark.slurm
+@pytest.mark.timeout(600)
 @needs_slurm
 def test_job_at_its_time_limit_checkpoints_is_requeued_and_finishes_with_the_same_answer(tmp_path):
-    """A one-minute job gets SIGUSR1 45 s before its limit, checkpoints, requeues itself and resumes."""
-    arguments = SOLVE + ["--max-iter", "40000", "--output", "job.json"]
+    """A two-minute job gets SIGUSR1 105 s before its limit, checkpoints, requeues itself and resumes."""
+    # About a minute of work: slurmctld checks time limits and sends the signal only every 30 s or so,
+    # so the signal due at 15 s can come as late as 45 s; a shorter job could finish without it.
+    arguments = SOLVE + ["--max-iter", "80000", "--output", "job.json"]
     job = submit(render_script("solve", arguments, job_name="mpiopt-requeue", ntasks=2, python=sys.executable,
-                               time="1", signal_seconds=45, workdir=tmp_path), tmp_path / "job.sbatch")
+                               time="2", signal_seconds=105, workdir=tmp_path), tmp_path / "job.sbatch")
     outcome = wait(job, poll=1, timeout=420, release_requeued=True)
     log = Path(outcome.output).read_text()
     assert outcome.state == "COMPLETED" and outcome.exit_code == 0, log
     assert outcome.restarts >= 1, log
     assert "USR1 near the time limit" in log and "(restart 1)" in log
     result = json.loads((tmp_path / "job.json").read_text())
-    assert result["info"]["resumed_at"] > 0 and result["iterations"] == 40000
-    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "40000",
+    assert result["info"]["resumed_at"] > 0 and result["iterations"] == 80000
+    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "80000",
                      "--output", str(tmp_path / "direct.json"), timeout=300)
     assert direct.returncode == 0, direct.stderr
     assert result["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]

@@ -89,6 +89,9 @@ def test_dp_and_secure_aggregation_refuse_fednova_on_every_rank():
             run_federated(softmax(), PARTS, "fednova", MPI.COMM_SELF, hooks=[hook], **COMMON)
     with pytest.raises(CollectiveError, match="at most one hook"):
         run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, hooks=[SecureAggregationHook(1)] * 2, **COMMON)
+    with pytest.raises(CollectiveError, match="transforms updates after .* put it before"):
+        run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF,
+                      hooks=[SecureAggregationHook(1), DPHook(CLIP, NOISE, DELTA)], **COMMON)
 
 
 # -- secure aggregation -----------------------------------------------------------------------------------

@@ -39,7 +39,8 @@ weighted average up to the fixed-point step (each client's rounding is at most
 FedNova is refused (its average is not a weighted sum of the deltas).
 
 Put ``DPHook`` before ``SecureAggregationHook``: the clipped, weight-1 update
-is then what is masked, and the noise is added to the unmasked sum.
+is then what is masked, and the noise is added to the unmasked sum (the runner
+refuses a hook that transforms updates after the aggregating hook masked them).
 
 Cost: clipping O(d) per client; masking O(|P| d) per client; the server's
 recovery O(|S| |D| d); one accountant composition per round.

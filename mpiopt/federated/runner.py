@@ -110,9 +110,14 @@ def _strategy(strategy, options):
 
 def _hooks_problem(hooks, strategy, n_clients, settings):
     """The first hook's problem with this run (its ``setup``), or two hooks that both replace the aggregation."""
-    if sum(hasattr(hook, "aggregate") for hook in hooks) > 1:
+    aggregating = [index for index, hook in enumerate(hooks) if hasattr(hook, "aggregate")]
+    if len(aggregating) > 1:
         return "at most one hook may replace the aggregation (aggregate), got " + ", ".join(
-            repr(hook) for hook in hooks if hasattr(hook, "aggregate"))
+            repr(hooks[index]) for index in aggregating)
+    later = [hook for hook in hooks[aggregating[0] + 1:] if hasattr(hook, "transform_update")] if aggregating else []
+    if later:  # it would see updates the aggregating hook already encoded (secure aggregation's masks)
+        return (f"{later[0]!r} transforms updates after {hooks[aggregating[0]]!r} encodes them; "
+                "put it before (differential privacy's clipping goes before secure aggregation)")
     for hook in hooks:
         problem = hook.setup(strategy, n_clients, settings) if hasattr(hook, "setup") else None
         if problem:

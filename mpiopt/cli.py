@@ -52,6 +52,15 @@ def _positive_int(text):
     return int(text)
 
 
+def _add_checkpoint_options(group, state, unit):
+    """--checkpoint and --checkpoint-every, the same for every command that resumes from its checkpoint."""
+    group.add_argument("--checkpoint", metavar="FILE.npz",
+                       help=f"write the {state} here (on SIGUSR1, SIGTERM and every --checkpoint-every {unit}) "
+                            "and resume from it when it exists")
+    group.add_argument("--checkpoint-every", type=int, default=0,
+                       help=f"{unit} between checkpoints (0: only on signals and at the end)")
+
+
 def _add_admm_settings(parser):
     from .admm.settings import ADAPTIVE_RHO, ADMMSettings
     from .collectives import REDUCERS
@@ -142,10 +151,7 @@ def build_parser():
     general.add_argument("--output", default="mpiopt_result.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(general)
     group = general.add_argument_group("checkpoints")
-    group.add_argument("--checkpoint", metavar="FILE.npz",
-                       help="write the solver state here (on SIGUSR1, SIGTERM and every --checkpoint-every "
-                            "iterations) and resume from it when it exists")
-    group.add_argument("--checkpoint-every", type=int, default=0, help="iterations between checkpoints (0: signals only)")
+    _add_checkpoint_options(group, "solver state", "iterations")
     general.set_defaults(run=run_solve, parser=general)
 
     _add_train(commands)
@@ -224,10 +230,7 @@ def _add_train(commands):
     group.add_argument("--no-overlap", action="store_true", help="reduce the buckets after the backward pass")
     group = train.add_argument_group("output")
     group.add_argument("--output", default="mpiopt_train.json", help="JSON result file (default %(default)s)")
-    group.add_argument("--checkpoint", metavar="FILE.npz",
-                       help="write the training state here (on SIGUSR1, SIGTERM and every --checkpoint-every "
-                            "steps) and resume from it when it exists")
-    group.add_argument("--checkpoint-every", type=int, default=0, help="steps between checkpoints (0: signals only)")
+    _add_checkpoint_options(group, "training state", "steps")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
     group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
     group.add_argument("--quiet", action="store_true", help="no training log")
@@ -293,10 +296,7 @@ def _add_federated(commands):
     group.add_argument("--output", default="mpiopt_federated.json", help="JSON result file (default %(default)s)")
     group.add_argument("--csv", help="per-round CSV file")
     group.add_argument("--plot", help="per-round plot (needs matplotlib)")
-    group.add_argument("--checkpoint", metavar="FILE.npz",
-                       help="write the state at round boundaries (every --checkpoint-every rounds, on SIGUSR1 and "
-                            "SIGTERM) and resume from it when it exists")
-    group.add_argument("--checkpoint-every", type=int, default=0, help="rounds between checkpoints")
+    _add_checkpoint_options(group, "state at round boundaries", "rounds")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K rounds")
     group.add_argument("--quiet", action="store_true", help="no round log")
     federated.set_defaults(run=run_federated, parser=federated)

@@ -67,6 +67,31 @@ def add_update(model, update, worker, staleness):
     model += update
 
 
+def next_message(comm, status, idle_timeout=math.inf, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG):
+    """The next incoming message on ``comm`` (an ``MPI.Message`` to receive; ``status`` describes it),
+    or None when none arrives within ``idle_timeout`` seconds.
+
+    Probes SPIN_PROBES times, yielding the core every YIELD_EVERY probes,
+    then sleeps between probes, doubling the pause from FIRST_PAUSE to
+    LAST_PAUSE (see the module docstring).  The asynchronous-SGD runtime's
+    server and workers wait the same way."""
+    message = comm.Improbe(source, tag, status)
+    started, probes, pause = time.monotonic(), 1, FIRST_PAUSE
+    while message is None:
+        waited = time.monotonic() - started
+        if waited >= idle_timeout:
+            return None
+        if probes < SPIN_PROBES:
+            if probes % YIELD_EVERY == 0:
+                os.sched_yield()
+        else:
+            time.sleep(min(pause, idle_timeout - waited))
+            pause = min(2 * pause, LAST_PAUSE)
+        message = comm.Improbe(source, tag, status)
+        probes += 1
+    return message
+
+
 class ParameterServerTimeout(TimeoutError):
     """``serve`` heard nothing for ``idle_timeout`` seconds.
 
@@ -212,27 +237,7 @@ class AsyncParameterServer:
         return statistics()
 
     def _next_message(self, status, idle_timeout):
-        """The next incoming message (an ``MPI.Message`` to receive; ``status`` describes it),
-        or None when none arrives within ``idle_timeout`` seconds.
-
-        Probes SPIN_PROBES times, yielding the core every YIELD_EVERY probes,
-        then sleeps between probes, doubling the pause from FIRST_PAUSE to
-        LAST_PAUSE."""
-        message = self.comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-        started, probes, pause = time.monotonic(), 1, FIRST_PAUSE
-        while message is None:
-            waited = time.monotonic() - started
-            if waited >= idle_timeout:
-                return None
-            if probes < SPIN_PROBES:
-                if probes % YIELD_EVERY == 0:
-                    os.sched_yield()
-            else:
-                time.sleep(min(pause, idle_timeout - waited))
-                pause = min(2 * pause, LAST_PAUSE)
-            message = self.comm.Improbe(MPI.ANY_SOURCE, MPI.ANY_TAG, status)
-            probes += 1
-        return message
+        return next_message(self.comm, status, idle_timeout)
 
     def free(self):
         """Close a worker (if it has not closed yet), then free the private communicator."""

@@ -37,4 +37,11 @@ ASYNC_PULL = 41
 ASYNC_MODEL = 42
 ASYNC_DONE = 43
 
+# Heterogeneous-worker SGD on MPI (mpiopt/asyncsgd/mpi.py).
+ASGD_JOB = 50         # server -> worker: compute a gradient at this point (cancels the worker's current one)
+ASGD_GRAD = 51        # worker -> server: a finished gradient, with its job number and step
+ASGD_STOP = 52        # server -> worker: the run is over
+ASGD_DONE = 53        # worker -> server: this worker will send nothing more
+ASGD_ERROR = 54       # worker -> server: this worker failed (the message's text)
+
 USER = 100

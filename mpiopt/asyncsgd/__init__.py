@@ -1,0 +1,111 @@
+"""SGD with heterogeneous workers: Minibatch, Asynchronous, Rennala and Ringmaster SGD.
+
+When workers compute at different speeds a synchronous step waits for the
+slowest.  These methods differ in how they use the fast workers and what they
+do with stale gradients; their times to an epsilon-stationary point are known
+(:mod:`.theory`), and Rennala and Ringmaster are optimal.  The same method
+code runs on two runtimes::
+
+    from mpiopt.asyncsgd import async_sgd, predicted_times
+    result = async_sgd("worst-case", method="ringmaster", runtime="simulator", n_workers=1000, tau="sqrt")
+    result = async_sgd("logistic", method="rennala", runtime="mpi")        # under mpiexec: rank 0 serves
+
+* ``runtime="simulator"`` (:mod:`.simulator`): a virtual clock and a heap of
+  finishing times; thousands of workers on one core.  Under mpiexec rank 0
+  simulates and every rank gets the result.
+* ``runtime="mpi"`` (:mod:`.mpi`): rank 0 runs the method, ranks 1.. compute
+  gradients (sleeping tau * time_unit seconds, or doing only the real work),
+  on nonblocking point-to-point with no barrier.
+
+Methods (registry kind ``asyncsgd-method``): ``minibatch``, ``asgd``,
+``rennala``, ``ringmaster``; problems (``asyncsgd-problem``): ``quadratic``,
+``worst-case``, ``logistic``, ``mlp``; compute times (``tau-model``): see
+:mod:`.taus`.  Settings: :class:`AsyncSGDSettings`.  docs/async_sgd.md has
+the formulas, the tables and the plots.
+"""
+import time as clock
+
+from mpi4py import MPI
+
+from ..core.comm import check_collectively, resolve_comm
+from ..core.registry import names
+from . import asgd, minibatch, rennala, ringmaster  # noqa: F401  (they register the methods)
+from .base import ALL, Accumulator, Method
+from .problems import PROBLEMS, Problem, get_problem
+from .result import AsyncSGDResult
+from .runner import Recorder, build_method, make_result, prepare
+from .settings import RUNTIMES, AsyncSGDSettings
+from .simulator import EventQueue, simulate
+from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
+from .theory import default_batch, default_step_size, predicted_times
+
+DEFAULT_SIMULATED_WORKERS = 8
+
+
+def methods():
+    return names("asyncsgd-method")
+
+
+def _wait_quietly(comm, root):
+    """Wait for ``root`` without the busy poll of a blocking MPI call (the other ranks sleep)."""
+    request = comm.Ibarrier()
+    if comm.rank == root:
+        request.Wait()
+        return
+    pause = 1e-4
+    while not request.Test():
+        clock.sleep(pause)
+        pause = min(2 * pause, 0.01)
+
+
+def async_sgd(problem="quadratic", comm=None, problem_options=None, **settings):
+    """Run a heterogeneous-worker SGD method; collective over ``comm``; returns an :class:`AsyncSGDResult`.
+
+    ``problem``: a registered name (built with ``problem_options``) or a
+    :class:`Problem`.  ``settings``: the fields of :class:`AsyncSGDSettings`
+    (method, runtime, n_workers, tau, epsilon, step_size, batch, threshold,
+    limits, seed, ...).  Every rank gets the same result.
+    """
+    comm = resolve_comm(comm)
+    started = clock.perf_counter()
+    options = AsyncSGDSettings.collective(comm, **settings)
+    problem_error = tau_model = None
+    try:
+        problem = get_problem(problem, seed=options.seed, comm=comm, **(problem_options or {}))
+        tau_model = get_tau_model(options.tau)
+    except (ValueError, TypeError, KeyError, ImportError) as error:
+        problem_error = f"cannot set up the problem: {error}"
+    if problem_error is None and options.runtime == "mpi":
+        workers = comm.size - 1
+        if workers < 1:
+            problem_error = "the mpi runtime needs at least 2 ranks (a server and a worker)"
+        elif options.n_workers not in (None, workers):
+            problem_error = f"n_workers={options.n_workers} but there are {workers} worker ranks (ranks - 1)"
+    check_collectively(comm, problem_error)
+    if options.runtime == "mpi":
+        from .mpi import run_mpi
+        return run_mpi(problem, tau_model, options, comm, started)
+    return _simulate_on_root(problem, tau_model, options, comm, started)
+
+
+def _simulate_on_root(problem, tau_model, options, comm, started, root=0):
+    n_workers = options.n_workers or DEFAULT_SIMULATED_WORKERS
+    result = error = None
+    if comm.rank == root:
+        try:
+            method, recorder, predicted = prepare(problem, tau_model, options, n_workers)
+            recorder.banner("simulator", n_workers, tau_model, predicted)
+            end, gradients, computed, cancelled = simulate(problem, method, tau_model, options, recorder)
+            result = make_result(recorder, "simulator", n_workers, tau_model, options, predicted, end, gradients,
+                                 computed, cancelled, started)
+            recorder.footer(result)
+        except (ValueError, RuntimeError, FloatingPointError) as failure:
+            error = f"simulation failed: {failure}"
+    _wait_quietly(comm, root)
+    check_collectively(comm, error)
+    return comm.bcast(result, root=root) if comm.size > 1 else result
+
+
+__all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Method",
+           "PROBLEMS", "Problem", "RUNTIMES", "TAU_MODELS", "TauModel", "async_sgd", "default_batch",
+           "default_step_size", "get_problem", "get_tau_model", "methods", "predicted_times", "simulate"]

@@ -1,0 +1,43 @@
+"""Asynchronous SGD: the server steps on every gradient as it arrives, computed at a stale point.
+
+    x_{k+1} = x_k - gamma_k g(x_{k - delta_k}),   delta_k = k - (the step the worker started from)
+
+and the worker starts again at x_{k+1}.  With a constant step gamma =
+min(1/(2nL), eps/(4 L sigma^2)) (Koloskova, Stich and Jaggi, "Sharper
+convergence guarantees for asynchronous SGD for distributed and federated
+learning", NeurIPS 2022; Mishchenko, Bach, Even and Woodworth, "Asynchronous
+SGD beats minibatch SGD under arbitrary delays", NeurIPS 2022) its time is
+T_A = (1/n sum_i 1/tau_i)^(-1) (L Delta/eps)(1 + S/n).
+
+``delay_adaptive=True`` uses gamma_k = min(gamma, 1/(2 L delta_k)): a gradient
+only moves the point as far as its delay allows, so the slow workers' very
+stale gradients cannot undo the progress of the fast ones (the rule of the
+delay-adaptive analyses above).  Per gradient the server receives d words and
+sends d words back.
+"""
+from ..core.registry import register
+from .base import Method
+
+
+@register("asyncsgd-method", "asgd")
+class AsynchronousSGD(Method):
+    name = "asgd"
+
+    def __init__(self, x0, n_workers, step_size, L=None, delay_adaptive=False):
+        super().__init__(x0, n_workers, step_size)
+        if delay_adaptive and not (L and L > 0):
+            raise ValueError("the delay-adaptive step size needs the smoothness constant L > 0")
+        self.L, self.delay_adaptive = L, bool(delay_adaptive)
+
+    def parameters(self):
+        return {"step_size": self.step_size, "delay_adaptive": self.delay_adaptive}
+
+    def gamma(self, delay):
+        if self.delay_adaptive and delay > 0:
+            return min(self.step_size, 1 / (2 * self.L * delay))
+        return self.step_size
+
+    def arrive(self, worker, grad, k_at):
+        self.accepted[worker] += 1
+        self._step(grad, self.gamma(self.k - k_at))
+        return [worker]

@@ -1,0 +1,215 @@
+"""The MPI runtime: rank 0 runs the method, ranks 1..n compute gradients, on nonblocking point-to-point.
+
+The server is the asynchronous parameter server's pattern (mpiopt.collectives.async_server)
+turned around so that the server, not the worker, decides what each worker
+computes next: the method answers every arriving gradient with the workers to
+(re)start, and the server sends each of them a JOB (job number, step, point).
+No barrier is used while the method runs; a worker waits for messages the way
+the parameter server does (``next_message``: probes, then sleeps of up to 1 ms),
+so idle ranks do not burn the cores that busy ones need.
+
+Messages (tags ASGD_* in mpiopt.collectives.tags, on a private duplicate of the
+communicator): JOB [job, step, x] server -> worker, which cancels whatever the
+worker was computing; GRAD [job, step, g] worker -> server, ignored when the
+job has since been cancelled; STOP server -> worker; DONE worker -> server;
+ERROR worker -> server (the failure's text).
+
+A worker with fixed or random compute times draws tau for the job (from
+``random_stream(seed, "asyncsgd-tau", worker)``), sleeps ``tau * time_unit``
+seconds in slices of at most POLL seconds while probing for a newer JOB or a
+STOP, then computes the gradient (drawing its noise from
+``random_stream(seed, "asyncsgd-gradient", worker)``, as the simulator does)
+and sends it with Isend.  With ``tau="real"`` it only computes.  A worker far
+slower than the whole run sees the STOP within POLL seconds.
+
+Shutdown: the server sends STOP to every worker and receives until each has
+answered DONE, dropping the gradients still in flight, so every send is
+matched and no rank is left blocked.  An error on the server (or an ERROR from
+a worker, or ``idle_timeout`` seconds without a message) stops the workers the
+same way, and then every rank raises the same CollectiveError.
+"""
+import math
+import time as clock
+
+import numpy as np
+from mpi4py import MPI
+
+from ..collectives.async_server import next_message
+from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_STOP
+from ..core.comm import check_collectively
+from ..core.random import random_stream
+from .base import ALL
+from .runner import make_result, prepare
+
+POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
+HEADER = 2        # job number and step, as float64 (exact below 2**53)
+NOTHING = np.empty(0, dtype=np.uint8)
+
+
+def run_mpi(problem, tau_model, settings, comm, started):
+    """Run the method of ``settings`` on ``comm`` (rank 0 serves); every rank returns the same result."""
+    comm = comm.Dup()
+    try:
+        if comm.rank == 0:
+            result, error = _serve(comm, problem, tau_model, settings, started)
+        else:
+            result, error = None, _work(comm, problem, tau_model, settings, comm.rank - 1)
+        check_collectively(comm, error)
+        return comm.bcast(result, root=0)
+    finally:
+        comm.Free()
+
+
+def _pack(job, step, vector):
+    buffer = np.empty(HEADER + vector.size)
+    buffer[0], buffer[1], buffer[HEADER:] = job, step, vector
+    return buffer
+
+
+class _Sends:
+    """Isends in flight, each with the buffer it must keep alive until it completes."""
+
+    def __init__(self):
+        self.pending = []
+
+    def send(self, comm, buffer, dest, tag):
+        self.pending.append((comm.Isend(buffer, dest, tag), buffer))
+        if len(self.pending) > 256:
+            self.pending = [(r, b) for r, b in self.pending if not r.Test()]
+
+    def wait(self):
+        MPI.Request.Waitall([r for r, _ in self.pending])
+        self.pending = []
+
+
+def _serve(comm, problem, tau_model, settings, started):
+    n, unit = comm.size - 1, settings.time_unit
+    method, recorder, predicted = prepare(problem, tau_model, settings, n)
+    recorder.banner("mpi", n, tau_model, predicted)
+    jobs, started_at = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    busy = np.zeros(n, dtype=bool)
+    computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    sends, status = _Sends(), MPI.Status()
+    gradients, error = 0, None
+    origin = MPI.Wtime()
+
+    def now():
+        return (MPI.Wtime() - origin) / unit
+
+    def assign(plan):
+        for worker in (range(n) if plan is ALL else plan):
+            if busy[worker]:
+                cancelled[worker] += 1
+            jobs[worker] += 1
+            busy[worker], started_at[worker] = True, method.k
+            sends.send(comm, _pack(jobs[worker], method.k, method.x), worker + 1, ASGD_JOB)
+
+    received = np.empty(HEADER + problem.dim)
+    try:
+        assign(method.start())
+        recorder.evaluate(0.0, 0, force=True)
+        while not recorder.stop(now(), gradients):
+            wait = settings.idle_timeout
+            if settings.max_time is not None:
+                wait = min(wait, max((settings.max_time - now()) * unit, 0.0) + 1e-3)
+            message = next_message(comm, status, wait)
+            if message is None:
+                if settings.max_time is not None and now() >= settings.max_time:
+                    continue  # the stopping rule ends the run
+                error = (f"no message from any worker for {settings.idle_timeout:g} s "
+                         f"(workers computing: {', '.join(str(w) for w in np.flatnonzero(busy)) or 'none'})")
+                break
+            source, tag = status.Get_source(), status.Get_tag()
+            if tag == ASGD_ERROR:
+                text = bytearray(status.Get_count(MPI.BYTE))
+                message.Recv([text, MPI.BYTE])
+                error = f"worker {source - 1} (rank {source}) failed: {text.decode('utf-8', 'replace')}"
+                break
+            message.Recv(received)
+            worker, job, k_at = source - 1, int(received[0]), int(received[1])
+            if job != jobs[worker]:
+                continue  # a gradient of a job cancelled since (counted when it was cancelled)
+            busy[worker] = False
+            computed[worker] += 1
+            gradients += 1
+            time = now()
+            accepted_before = int(method.accepted[worker])
+            assign(method.arrive(worker, received[HEADER:], k_at))
+            recorder.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
+            recorder.evaluate(time, gradients)
+    except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
+        error = f"the server failed: {type(failure).__name__}: {failure}"
+    end = now()
+    _shutdown(comm, n, sends, settings.idle_timeout)
+    if error is not None:
+        return None, error
+    recorder.evaluate(end, gradients, force=True)
+    if recorder.status is None:
+        recorder.stop(end, gradients)
+    extra = {"wall_seconds": end * unit, "time_unit": unit}
+    result = make_result(recorder, "mpi", n, tau_model, settings, predicted, end, gradients, computed, cancelled,
+                         started, extra)
+    recorder.footer(result)
+    return result, None
+
+
+def _shutdown(comm, n, sends, idle_timeout):
+    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped)."""
+    for worker in range(n):
+        sends.send(comm, NOTHING, worker + 1, ASGD_STOP)
+    open_workers, status = set(range(1, n + 1)), MPI.Status()
+    while open_workers:
+        message = next_message(comm, status, idle_timeout)
+        if message is None:
+            raise RuntimeError(f"async-sgd server: workers {sorted(w - 1 for w in open_workers)} did not stop "
+                               f"within {idle_timeout:g} s")
+        message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+        if status.Get_tag() == ASGD_DONE:
+            open_workers.discard(status.Get_source())
+    sends.wait()
+
+
+def _wait_until(comm, status, deadline):
+    """A message from the server arriving before ``deadline`` (monotonic seconds), or None at the deadline."""
+    while True:
+        message = comm.Improbe(0, MPI.ANY_TAG, status)
+        if message is not None:
+            return message
+        remaining = deadline - clock.monotonic()
+        if remaining <= 0:
+            return None
+        clock.sleep(min(remaining, POLL))
+
+
+def _work(comm, problem, tau_model, settings, worker):
+    """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server)."""
+    noise = random_stream(settings.seed, "asyncsgd-gradient", worker)
+    tau_rng = random_stream(settings.seed, "asyncsgd-tau", worker)
+    number, unit = np.array([worker + 1]), settings.time_unit
+    status, sends = MPI.Status(), _Sends()
+    job = deadline = None
+    failed = False
+    while True:
+        message = next_message(comm, status, math.inf, source=0) if job is None else \
+            _wait_until(comm, status, deadline)
+        if message is None:  # the job's time is up: compute and send
+            try:
+                if not failed:
+                    grad = problem.stochastic_grad(job[HEADER:], noise)
+                    sends.send(comm, _pack(job[0], job[1], grad), 0, ASGD_GRAD)
+            except Exception as failure:  # noqa: BLE001 - the server tells every rank
+                failed = True
+                text = f"{type(failure).__name__}: {failure}".encode("utf-8")
+                sends.send(comm, np.frombuffer(text, dtype=np.uint8).copy(), 0, ASGD_ERROR)
+            job = None
+            continue
+        if status.Get_tag() == ASGD_STOP:
+            message.Recv([NOTHING, MPI.BYTE])
+            break
+        job = np.empty(HEADER + problem.dim)
+        message.Recv(job)
+        tau = 0.0 if tau_model.real else float(tau_model.draw(number, tau_rng)[0])
+        deadline = clock.monotonic() + tau * unit
+    sends.wait()
+    comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)
+    return None

@@ -1,0 +1,230 @@
+"""Problems for SGD with heterogeneous workers: a function, its gradient and an unbiased stochastic gradient.
+
+A problem knows nothing of workers or time.  It provides ``dim``; ``L`` (the
+gradient's Lipschitz constant, exact or estimated); ``sigma2`` (the variance
+E||g - grad f||^2 of one stochastic gradient, exact or estimated at x0);
+``f_low`` (f* or a lower bound); ``x0()``; ``loss(x)``; ``grad(x)``;
+``stochastic_grad(x, rng)`` drawing from ``rng`` only; and ``info()``.
+``Delta = loss(x0) - f_low`` feeds the predicted times.
+
+=============  ==========================================================================================
+``quadratic``  f(x) = 1/2 sum_j lambda_j x_j^2, lambda log-spaced in [mu, L]; g = grad f + N(0, sigma2/d I)
+``worst-case`` the tridiagonal quadratic of the lower bounds (Nesterov; Arjevani et al. 2022):
+               f(x) = L/4 (1/2 x^T A x - x_1), A = tridiag(-1, 2, -1), x0 = 0; Gaussian noise as above
+``logistic``   L2-regularized logistic regression on scikit-learn's breast_cancer (569 x 30, standardized);
+               g = the gradient on ``batch_size`` rows drawn with replacement
+``mlp``        a small ReLU MLP (mpiopt.models) on scikit-learn's digits (1797 x 64, 10 classes), minibatches
+=============  ==========================================================================================
+
+Registered as ``register("asyncsgd-problem", name, factory)``; a factory takes
+``(seed, comm, **options)`` and every rank builds the same problem.
+"""
+import math
+
+import numpy as np
+
+from ..core.random import random_stream
+from ..core.registry import lookup, names, register
+
+
+class Problem:
+    name = "problem"
+    f_low = 0.0
+
+    def x0(self):
+        raise NotImplementedError
+
+    def loss(self, x):
+        raise NotImplementedError
+
+    def grad(self, x):
+        raise NotImplementedError
+
+    def stochastic_grad(self, x, rng):
+        raise NotImplementedError
+
+    @property
+    def Delta(self):
+        return max(float(self.loss(self.x0()) - self.f_low), 0.0)
+
+    def default_epsilon(self):
+        """A target for ||grad f||^2 when the user gives none: 1e-3 of ||grad f(x0)||^2."""
+        g = self.grad(self.x0())
+        return 1e-3 * float(g @ g)
+
+    def info(self):
+        return {"name": self.name, "dim": self.dim, "L": self.L, "sigma2": self.sigma2, "f_low": self.f_low,
+                "Delta": self.Delta, **self.options}
+
+
+class GaussianNoise(Problem):
+    """Exact gradients plus N(0, sigma2 / d I): E||g - grad f||^2 = sigma2 exactly."""
+
+    def stochastic_grad(self, x, rng):
+        g = self.grad(x)
+        if self.sigma2:
+            g += self._noise_scale * rng.standard_normal(self.dim)
+        return g
+
+    def _set_noise(self, sigma2):
+        if not (isinstance(sigma2, (int, float)) and math.isfinite(sigma2) and sigma2 >= 0):
+            raise ValueError(f"noise (sigma^2) must be a finite number >= 0, got {sigma2!r}")
+        self.sigma2 = float(sigma2)
+        self._noise_scale = math.sqrt(self.sigma2 / self.dim)
+
+
+def _check_dim(dim):
+    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+        raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
+    return int(dim)
+
+
+class Quadratic(GaussianNoise):
+    name = "quadratic"
+
+    def __init__(self, dim=100, noise=1.0, L=1.0, mu=1e-3):
+        self.dim = _check_dim(dim)
+        if not (0 < mu <= L < math.inf):
+            raise ValueError(f"need 0 < mu <= L, got mu={mu!r}, L={L!r}")
+        self.L, self.mu = float(L), float(mu)
+        self.eigenvalues = np.geomspace(mu, L, self.dim)
+        self._set_noise(noise)
+        self.options = {"noise": self.sigma2, "mu": self.mu}
+
+    def x0(self):
+        return np.ones(self.dim)
+
+    def loss(self, x):
+        return 0.5 * float(self.eigenvalues @ (x * x))
+
+    def grad(self, x):
+        return self.eigenvalues * x
+
+
+class WorstCase(GaussianNoise):
+    """f(x) = L/4 (1/2 x^T A x - x_1): ||A|| <= 4, so grad f is L-Lipschitz; f* = -L d / (8 (d + 1))."""
+
+    name = "worst-case"
+
+    def __init__(self, dim=100, noise=1.0, L=1.0):
+        self.dim = _check_dim(dim)
+        if not 0 < L < math.inf:
+            raise ValueError(f"L must be a finite number > 0, got {L!r}")
+        self.L = float(L)
+        self.f_low = -self.L * self.dim / (8 * (self.dim + 1))
+        self._set_noise(noise)
+        self.options = {"noise": self.sigma2}
+
+    def x0(self):
+        return np.zeros(self.dim)
+
+    def _A(self, x):
+        y = 2 * x
+        y[1:] -= x[:-1]
+        y[:-1] -= x[1:]
+        return y
+
+    def loss(self, x):
+        return self.L / 4 * (0.5 * float(x @ self._A(x)) - float(x[0]))
+
+    def grad(self, x):
+        g = self._A(x)
+        g[0] -= 1
+        g *= self.L / 4
+        return g
+
+
+class DataProblem(Problem):
+    """A model of mpiopt.models on a data set; stochastic gradients on rows drawn with replacement."""
+
+    def __init__(self, model, X, y, batch_size, seed):
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.model, self.X, self.y, self.batch_size, self.seed = model, X, y, batch_size, seed
+        self.dim = model.n_params
+        self._x0 = model.init_params(seed)
+
+    def x0(self):
+        return self._x0.copy()
+
+    def loss(self, x):
+        return float(self.model.loss_and_grad(x, self.X, self.y)[0])
+
+    def grad(self, x):
+        return self.model.loss_and_grad(x, self.X, self.y)[1]
+
+    def stochastic_grad(self, x, rng):
+        rows = rng.integers(0, self.y.size, self.batch_size)
+        return self.model.loss_and_grad(x, self.X[rows], self.y[rows])[1]
+
+    def estimate_sigma2(self, draws=64):
+        """E||g - grad f||^2 at x0, from ``draws`` stochastic gradients of a stream of its own."""
+        x, rng = self.x0(), random_stream(self.seed, "asyncsgd-sigma2")
+        full = self.grad(x)
+        return float(np.mean([np.sum((self.stochastic_grad(x, rng) - full) ** 2) for _ in range(draws)]))
+
+    def estimate_L(self, iterations=30, h=1e-5):
+        """|largest Hessian eigenvalue| at x0 by power iteration on finite-difference Hessian-vector products."""
+        x, v = self.x0(), random_stream(self.seed, "asyncsgd-L").standard_normal(self.dim)
+        base, value = self.grad(x), 0.0
+        for _ in range(iterations):
+            v /= np.linalg.norm(v)
+            hv = (self.grad(x + h * v) - base) / h
+            value = float(np.linalg.norm(hv))
+            v = hv
+        return value
+
+
+class Logistic(DataProblem):
+    name = "logistic"
+
+    def __init__(self, seed=0, comm=None, dataset="breast_cancer", batch_size=1, alpha=1e-3):
+        from ..data import load_dataset
+        from ..models import get_model
+        data = load_dataset(dataset, comm, seed=seed)
+        model = get_model("logistic", n_features=data.n_features, alpha=alpha)
+        super().__init__(model, data.X_train, data.y_train, batch_size, seed)
+        Z = np.column_stack([self.X, np.ones(self.y.size)])
+        self.L = float(np.linalg.eigvalsh(Z.T @ Z / (4 * self.y.size))[-1]) + alpha
+        self.f_low = self._minimum()
+        self.sigma2 = self.estimate_sigma2()
+        self.options = {"dataset": dataset, "batch_size": batch_size, "alpha": alpha, "rows": int(self.y.size)}
+
+    def x0(self):
+        return np.zeros(self.dim)
+
+    def _minimum(self):
+        from scipy.optimize import minimize
+        solution = minimize(lambda w: self.model.loss_and_grad(w, self.X, self.y), self.x0(), jac=True,
+                            method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 10000})
+        return float(solution.fun)
+
+
+class SmallMLP(DataProblem):
+    name = "mlp"
+
+    def __init__(self, seed=0, comm=None, dataset="digits", hidden=(32,), batch_size=8, alpha=1e-4):
+        from ..data import load_dataset
+        from ..models import get_model
+        data = load_dataset(dataset, comm, seed=seed)
+        model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=tuple(hidden),
+                          alpha=alpha)
+        super().__init__(model, data.X_train, data.y_train, batch_size, seed)
+        self.L = self.estimate_L()      # at x0: the MLP is not globally smooth with a known constant
+        self.sigma2 = self.estimate_sigma2()
+        self.options = {"dataset": dataset, "hidden": list(hidden), "batch_size": batch_size, "alpha": alpha,
+                        "rows": int(self.y.size), "L_estimated": True}
+
+
+register("asyncsgd-problem", "quadratic", lambda seed=0, comm=None, **options: Quadratic(**options))
+register("asyncsgd-problem", "worst-case", lambda seed=0, comm=None, **options: WorstCase(**options))
+register("asyncsgd-problem", "logistic", Logistic)
+register("asyncsgd-problem", "mlp", SmallMLP)
+PROBLEMS = names("asyncsgd-problem")
+
+
+def get_problem(problem, seed=0, comm=None, **options):
+    """A Problem from a registered name (built with ``options``) or a Problem given as it is."""
+    if isinstance(problem, Problem):
+        return problem
+    return lookup("asyncsgd-problem", problem)(seed=seed, comm=comm, **options)

@@ -1,0 +1,56 @@
+"""Ringmaster ASGD (Maranjyan, Tyurin and Richtarik, "Ringmaster ASGD: the first asynchronous SGD with
+optimal time complexity", ICML 2025).
+
+Asynchronous SGD that discards a gradient whose delay is R or more:
+
+    delta_k = k - k_at;  if delta_k < R:  x_{k+1} = x_k - gamma g(x_{k_at}),  else: discard
+
+and the worker starts again at the current point.  With R = max(1,
+ceil(sigma^2/eps)) and gamma = min(1/(2RL), eps/(4 L sigma^2)) its time is the
+optimal T_R of :mod:`.theory`, without knowing the workers' speeds.
+
+``stop_computations=True`` is the paper's variant with calculation stops: as
+soon as a worker's delay reaches R (its gradient could only be discarded) the
+server stops its computation and restarts it at the current point, so no time
+is spent on gradients that would be thrown away.  R = inf is Asynchronous SGD.
+Per accepted or discarded gradient the server receives d words and sends d.
+"""
+import math
+
+from ..core.registry import register
+from .base import ALL, Method
+
+
+@register("asyncsgd-method", "ringmaster")
+class RingmasterASGD(Method):
+    name = "ringmaster"
+
+    def __init__(self, x0, n_workers, step_size, threshold, stop_computations=False):
+        super().__init__(x0, n_workers, step_size)
+        self.threshold = threshold if math.isinf(threshold) else int(threshold)
+        self.stop_computations = bool(stop_computations)
+        self._started = {}  # with stops: step -> workers computing at it
+
+    def parameters(self):
+        return {"step_size": self.step_size, "threshold": self.threshold,
+                "stop_computations": self.stop_computations}
+
+    def start(self):
+        if self.stop_computations:
+            self._started = {0: set(range(self.n_workers))}
+        return ALL
+
+    def arrive(self, worker, grad, k_at):
+        if self.stop_computations:
+            self._started.get(k_at, set()).discard(worker)
+        if self.k - k_at < self.threshold:
+            self.accepted[worker] += 1
+            self._step(grad, self.step_size)
+        else:
+            self.discarded[worker] += 1
+        restart = [worker]
+        if self.stop_computations:
+            if not math.isinf(self.threshold):  # those whose delay has just reached R
+                restart += sorted(self._started.pop(self.k - self.threshold, ()))
+            self._started.setdefault(self.k, set()).update(restart)
+        return restart

@@ -1,0 +1,148 @@
+"""What both runtimes share: building a method from the settings and the theory, and recording a run.
+
+The runtimes differ only in where gradients come from and what time is;
+everything a method is given (its parameters from :mod:`.theory`) and
+everything a run reports (the history, the stopping rule, the per-worker
+counts, the result) is decided here, once.
+"""
+import math
+import time as clock
+
+import numpy as np
+
+from ..core.log import IterationLog
+from ..core.registry import lookup
+from . import theory
+from .result import HISTORY_COLUMNS, AsyncSGDResult
+
+
+def build_method(settings, problem, n_workers, epsilon):
+    """The method of ``settings`` at ``problem.x0()``, with the theory's parameters where none are given."""
+    name, L, sigma2 = settings.method, problem.L, problem.sigma2
+    cls = lookup("asyncsgd-method", name)
+    x0 = problem.x0()
+    if name == "rennala":
+        batch = settings.batch or theory.default_batch(sigma2, epsilon)
+        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon, batch=batch)
+        return cls(x0, n_workers, gamma, batch=batch, restart=settings.restart)
+    if name == "ringmaster":
+        threshold = settings.threshold or theory.default_batch(sigma2, epsilon)
+        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon,
+                                                               threshold=threshold)
+        return cls(x0, n_workers, gamma, threshold=threshold, stop_computations=settings.stop_computations)
+    if name == "asgd":
+        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon)
+        return cls(x0, n_workers, gamma, L=L, delay_adaptive=settings.delay_adaptive)
+    if name == "minibatch":
+        return cls(x0, n_workers, settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon))
+    # a method registered by a user: it takes (x0, n_workers, step_size)
+    return cls(x0, n_workers, settings.step_size or theory.default_step_size("asgd", n_workers, L, sigma2, epsilon))
+
+
+class Recorder:
+    """The history, the stopping rule and the log of one run (on the rank that owns the method)."""
+
+    def __init__(self, problem, method, settings, epsilon, log=True):
+        self.problem, self.method, self.settings, self.epsilon = problem, method, settings, epsilon
+        self.history = {column: [] for column in HISTORY_COLUMNS}
+        self.time_to_epsilon, self.status, self.last_k = None, None, -1
+        self.log = IterationLog(log and settings.verbose,
+                                [("time", "12.5g"), ("step", "9d"), ("gradients", "10d"), ("loss", "14.7e"),
+                                 ("|grad|^2", "11.4e")])
+        self.rows = 0
+        self.trace = [] if settings.trace else None
+
+    def arrival(self, time, worker, k_at, accepted):
+        """Note one arrival in the trace (when the settings ask for one)."""
+        if self.trace is not None:
+            self.trace.append([float(time), int(worker), int(k_at), bool(accepted)])
+
+    def evaluate(self, time, gradients, force=False):
+        """Evaluate at the method's point when it has stepped ``eval_every`` times since the last row."""
+        k = self.method.k
+        if k == self.last_k or not (force or k % self.settings.eval_every == 0):
+            return
+        x = self.method.x
+        loss, g = self.problem.loss(x), self.problem.grad(x)
+        norm2 = float(g @ g)
+        self.last_k = k
+        for column, value in zip(HISTORY_COLUMNS, (time, k, gradients, loss, norm2)):
+            self.history[column].append(value)
+        if self.time_to_epsilon is None and norm2 <= self.epsilon:
+            self.time_to_epsilon = time
+        if self.rows % self.settings.log_every == 0:
+            self.log.row(time, k, gradients, loss, norm2)
+        self.rows += 1
+
+    def stop(self, time, gradients):
+        """The reason to stop now (and ``status`` set to it), or None."""
+        s, reason = self.settings, None
+        if s.stop_at_epsilon and self.time_to_epsilon is not None:
+            reason = "epsilon"
+        elif s.max_steps is not None and self.method.k >= s.max_steps:
+            reason = "max_steps"
+        elif s.max_gradients is not None and gradients >= s.max_gradients:
+            reason = "max_gradients"
+        elif s.max_time is not None and time >= s.max_time:
+            reason = "max_time"
+        self.status = reason
+        return reason
+
+    def banner(self, runtime, n_workers, tau_model, predicted):
+        m = self.method
+        lines = [f"problem: {self.problem.name}, d = {self.problem.dim}, L = {self.problem.L:.4g}, "
+                 f"sigma^2 = {self.problem.sigma2:.4g}, epsilon = {self.epsilon:.4g}",
+                 f"method: {m.name} {', '.join(f'{k} = {_fmt(v)}' for k, v in m.parameters().items())}",
+                 f"runtime: {runtime}, {n_workers} workers, compute times {tau_model.describe()}",
+                 "predicted (constants dropped): " + ", ".join(
+                     f"T_{k} = {predicted[k]:.4g}" for k in ("minibatch", "asgd", "rennala")) +
+                 f", m* = {predicted['m_star']}"]
+        self.log.banner("mpiopt async-sgd", lines)
+
+    def footer(self, result):
+        reached = "not reached" if result.time_to_epsilon is None else f"{result.time_to_epsilon:.6g}"
+        self.log.footer([f"status: {result.status}; time to epsilon {reached} "
+                         f"(predicted for {result.info['method']}: {result.predicted.get(result.info['method'], math.nan):.4g}, "
+                         "constants dropped)",
+                         f"steps {result.steps}, gradients {result.gradients} "
+                         f"(discarded {sum(result.info['workers']['discarded'])}, "
+                         f"cancelled {sum(result.info['workers']['cancelled'])})"])
+
+
+def _fmt(value):
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def worker_means(tau_model, n_workers):
+    return tau_model.mean(np.arange(1, n_workers + 1))
+
+
+def predicted_for(problem, tau_model, n_workers, epsilon):
+    return theory.predicted_times(worker_means(tau_model, n_workers), problem.sigma2, epsilon, problem.L,
+                                  problem.Delta)
+
+
+def prepare(problem, tau_model, settings, n_workers):
+    """(method, recorder, predicted times) of a run, on the rank that runs the method."""
+    epsilon = settings.epsilon or problem.default_epsilon()
+    method = build_method(settings, problem, n_workers, epsilon)
+    recorder = Recorder(problem, method, settings, epsilon)
+    return method, recorder, predicted_for(problem, tau_model, n_workers, epsilon)
+
+
+def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, end_time, gradients,
+                computed, cancelled, wall_started, extra_info=None):
+    method, problem = recorder.method, recorder.problem
+    workers = {"computed": np.asarray(computed).tolist(), "accepted": method.accepted.tolist(),
+               "discarded": method.discarded.tolist(), "cancelled": np.asarray(cancelled).tolist()}
+    info = {"method": method.name, "parameters": {k: ("inf" if v == math.inf else v)
+                                                  for k, v in method.parameters().items()},
+            "runtime": runtime, "n_workers": n_workers, "tau": tau_model.describe(),
+            "tau_means": worker_means(tau_model, n_workers).tolist(), "epsilon": recorder.epsilon,
+            "problem": problem.info(), "settings": settings.as_dict(), "workers": workers, **(extra_info or {})}
+    if recorder.trace is not None:
+        info["trace"] = recorder.trace
+    return AsyncSGDResult(status=recorder.status or "max_steps", history=recorder.history,
+                          timings={"total": clock.perf_counter() - wall_started}, info=info, x=method.x,
+                          steps=method.k, gradients=int(gradients), time=float(end_time),
+                          time_to_epsilon=recorder.time_to_epsilon, predicted=predicted)

@@ -1,0 +1,122 @@
+"""How long each worker takes for one stochastic gradient: the compute-time models.
+
+Worker i (numbered from 1, as in the papers) has a mean time ``mean(i)``; a
+model is fixed (every gradient takes exactly that) or draws a new time for
+every gradient from one standard variate:
+
+=============  ==============================================  =========
+``constant``   tau_i = 1                                        fixed
+``sqrt``       tau_i = sqrt(i)                                  fixed
+``linear``     tau_i = i                                        fixed
+``exponential`` Exp with mean sqrt(i), per gradient             random
+``lognormal``  sqrt(i) exp(s Z - s^2/2), Z ~ N(0,1), s = 0.5    random
+``ringmaster`` 1 + sqrt(i) + |N(0, i + 1)|, per gradient        random   (the Ringmaster paper's setting)
+``real``       the gradient's real computing time (MPI only)    -
+=============  ==============================================  =========
+
+``fixed_taus(values)`` makes a fixed model from explicit times.  Times are in
+units: the simulator's clock counts them, the MPI runtime sleeps
+``time_unit`` seconds per unit.  A user registers a model of their own with
+``register("tau-model", name, factory)``.
+"""
+import math
+
+import numpy as np
+
+from ..core.registry import lookup, names, register
+
+
+class TauModel:
+    """Per-worker compute times. ``variate``: None (fixed), "exponential" or "normal"."""
+
+    name = "tau"
+    variate = None
+    real = False
+
+    def mean(self, workers):
+        """Mean time of workers (1-based numbers, an array)."""
+        raise NotImplementedError
+
+    def times(self, workers, standard):
+        """Times of ``workers`` from one standard variate each (ignored when fixed)."""
+        return self.mean(workers)
+
+    @property
+    def fixed(self):
+        return self.variate is None and not self.real
+
+    def draw(self, workers, rng):
+        """Times for ``workers`` (an int array, 1-based), drawing from ``rng`` when random."""
+        workers = np.asarray(workers)
+        if self.variate is None:
+            return self.mean(workers)
+        draw = rng.standard_exponential if self.variate == "exponential" else rng.standard_normal
+        return self.times(workers, draw(workers.shape))
+
+    def describe(self):
+        return self.name
+
+
+class Formula(TauModel):
+    def __init__(self, name, mean, variate=None, times=None):
+        self.name, self._mean, self.variate, self._times = name, mean, variate, times
+
+    def mean(self, workers):
+        return self._mean(np.asarray(workers, dtype=np.float64))
+
+    def times(self, workers, standard):
+        return self._times(np.asarray(workers, dtype=np.float64), standard)
+
+
+class FixedTaus(TauModel):
+    """Explicit per-worker times (worker i takes ``values[i - 1]``)."""
+
+    name = "fixed"
+
+    def __init__(self, values):
+        self.values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if self.values.size == 0 or not np.all(np.isfinite(self.values)) or np.any(self.values <= 0):
+            raise ValueError("fixed compute times must be finite and > 0")
+
+    def mean(self, workers):
+        workers = np.asarray(workers)
+        if np.any(workers > self.values.size):
+            raise ValueError(f"fixed compute times given for {self.values.size} workers only")
+        return self.values[workers - 1]
+
+    def describe(self):
+        return f"fixed({', '.join(f'{v:g}' for v in self.values[:8])}{', ...' if self.values.size > 8 else ''})"
+
+
+class RealWork(TauModel):
+    """No artificial time: a gradient takes what computing it takes (the MPI runtime only)."""
+
+    name, real = "real", True
+
+    def mean(self, workers):
+        return np.ones(np.shape(workers))
+
+
+LOGNORMAL_SIGMA = 0.5
+register("tau-model", "constant", lambda: Formula("constant", lambda i: np.ones_like(i)))
+register("tau-model", "sqrt", lambda: Formula("sqrt", np.sqrt))
+register("tau-model", "linear", lambda: Formula("linear", lambda i: i.copy()))
+register("tau-model", "exponential",
+         lambda: Formula("exponential", np.sqrt, "exponential", lambda i, e: np.sqrt(i) * e))
+register("tau-model", "lognormal",
+         lambda: Formula("lognormal", np.sqrt, "normal",
+                         lambda i, z: np.sqrt(i) * np.exp(LOGNORMAL_SIGMA * z - LOGNORMAL_SIGMA ** 2 / 2)))
+register("tau-model", "ringmaster",
+         lambda: Formula("ringmaster", lambda i: 1 + np.sqrt(i) + np.sqrt(2 * (i + 1) / math.pi), "normal",
+                         lambda i, z: 1 + np.sqrt(i) + np.abs(z) * np.sqrt(i + 1)))
+register("tau-model", "real", RealWork)
+TAU_MODELS = names("tau-model")
+
+
+def get_tau_model(model):
+    """A TauModel from a registered name, a TauModel, or a sequence of fixed times."""
+    if isinstance(model, TauModel):
+        return model
+    if isinstance(model, str):
+        return lookup("tau-model", model)()
+    return FixedTaus(model)

@@ -30,6 +30,7 @@ import numpy as np
 from ..core.random import random_stream
 from .base import ALL
 
+ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sort
 CHUNK = 64  # the bulk's next finishing times sorted at a time (random compute times)
 
 
@@ -62,15 +63,18 @@ class EventQueue:
         if self.fixed_order is not None:
             self.bulk_order, self.bulk_rest = self.fixed_order, None
         else:
-            self.bulk_order, self.bulk_rest = np.empty(0, dtype=np.int64), np.arange(finishes.size)
+            self.bulk_order, self.bulk_rest = np.empty(0, dtype=np.int64), ALL_WORKERS
         self.bulk_next = 0
         return busy
 
     def _refill(self):
         rest = self.bulk_rest
-        if rest is None or rest.size == 0:
+        if rest is ALL_WORKERS:
+            rest, times = np.arange(self.bulk_times.size), self.bulk_times
+        elif rest is None or rest.size == 0:
             return False
-        times = self.bulk_times[rest]
+        else:
+            times = self.bulk_times[rest]
         if rest.size > CHUNK:
             part = np.argpartition(times, CHUNK - 1)
             chosen, self.bulk_rest = rest[part[:CHUNK]], rest[part[CHUNK:]]
@@ -135,25 +139,27 @@ def simulate(problem, method, tau_model, settings, recorder):
     means = tau_model.mean(numbers) if fixed else None
     queue = EventQueue(n, np.argsort(means, kind="stable") if fixed else None)
     tau_rng = None if fixed else random_stream(seed, "asyncsgd-tau")
+    draw_all = tau_model.sampler(numbers)
     noise = [random_stream(seed, "asyncsgd-gradient", w) for w in range(n)]
-    points, started_at = [None] * n, np.zeros(n, dtype=np.int64)
+    # The point and step each worker computes at: those of the last restart of all workers, unless the
+    # worker was started on its own since (``own``), which keeps a restart of all workers O(1) in Python.
+    common = [None, 0]
+    own = {}
     computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     now, gradients = 0.0, 0
 
     def assign(plan):
         if plan is ALL:
-            finishes = now + (means if fixed else tau_model.draw(numbers, tau_rng))
-            busy = queue.busy.copy()
-            queue.start_all(finishes)
-            cancelled[busy] += 1
-            points[:] = [method.x] * n
-            started_at[:] = method.k
+            cancelled[queue.busy] += 1
+            queue.start_all(now + draw_all(tau_rng))
+            common[0], common[1] = method.x, method.k
+            own.clear()
             return
         for worker in plan:
             tau = means[worker] if fixed else float(tau_model.draw(numbers[worker:worker + 1], tau_rng)[0])
             if queue.start(worker, now + tau):
                 cancelled[worker] += 1
-            points[worker], started_at[worker] = method.x, method.k
+            own[worker] = (method.x, method.k)
 
     assign(method.start())
     recorder.evaluate(now, gradients, force=True)
@@ -166,11 +172,11 @@ def simulate(problem, method, tau_model, settings, recorder):
             recorder.status = "max_time"
             break
         now, worker = queue.pop()
-        grad = problem.stochastic_grad(points[worker], noise[worker])
+        point, k_at = own.pop(worker, None) or common
+        grad = problem.stochastic_grad(point, noise[worker])
         computed[worker] += 1
         gradients += 1
-        points[worker] = None
-        k_at, accepted_before = int(started_at[worker]), int(method.accepted[worker])
+        accepted_before = int(method.accepted[worker])
         assign(method.arrive(worker, grad, k_at))
         recorder.arrival(now, worker, k_at, method.accepted[worker] > accepted_before)
         recorder.evaluate(now, gradients)

@@ -50,22 +50,46 @@ class TauModel:
         workers = np.asarray(workers)
         if self.variate is None:
             return self.mean(workers)
-        draw = rng.standard_exponential if self.variate == "exponential" else rng.standard_normal
-        return self.times(workers, draw(workers.shape))
+        return self.times(workers, self.standard(rng, workers.shape))
+
+    def standard(self, rng, shape):
+        """Standard variates of this model's kind."""
+        return (rng.standard_exponential if self.variate == "exponential" else rng.standard_normal)(shape)
+
+    def sampler(self, workers):
+        """A function rng -> times of ``workers`` (fixed arrays of the workers computed once)."""
+        workers = np.asarray(workers)
+        if self.variate is None:
+            means = self.mean(workers)
+            return lambda rng: means
+        return lambda rng: self.times(workers, self.standard(rng, workers.shape))
 
     def describe(self):
         return self.name
 
 
 class Formula(TauModel):
-    def __init__(self, name, mean, variate=None, times=None):
-        self.name, self._mean, self.variate, self._times = name, mean, variate, times
+    """tau = offset(i) + scale(i) * transform(standard variate); mean(i) is its expectation."""
+
+    def __init__(self, name, mean, variate=None, offset=None, scale=None, transform=None):
+        self.name, self._mean, self.variate = name, mean, variate
+        self._offset, self._scale, self._transform = offset, scale, transform
 
     def mean(self, workers):
         return self._mean(np.asarray(workers, dtype=np.float64))
 
     def times(self, workers, standard):
-        return self._times(np.asarray(workers, dtype=np.float64), standard)
+        workers = np.asarray(workers, dtype=np.float64)
+        return self._offset(workers) + self._scale(workers) * self._transform(standard)
+
+    def sampler(self, workers):
+        if self.variate is None:
+            return super().sampler(workers)
+        workers = np.asarray(workers, dtype=np.float64)
+        offset, scale, transform = self._offset(workers), self._scale(workers), self._transform
+        if not np.any(offset):
+            return lambda rng: scale * transform(self.standard(rng, scale.shape))
+        return lambda rng: offset + scale * transform(self.standard(rng, scale.shape))
 
 
 class FixedTaus(TauModel):
@@ -101,14 +125,15 @@ LOGNORMAL_SIGMA = 0.5
 register("tau-model", "constant", lambda: Formula("constant", lambda i: np.ones_like(i)))
 register("tau-model", "sqrt", lambda: Formula("sqrt", np.sqrt))
 register("tau-model", "linear", lambda: Formula("linear", lambda i: i.copy()))
+_zero = np.zeros_like
 register("tau-model", "exponential",
-         lambda: Formula("exponential", np.sqrt, "exponential", lambda i, e: np.sqrt(i) * e))
+         lambda: Formula("exponential", np.sqrt, "exponential", _zero, np.sqrt, lambda e: e))
 register("tau-model", "lognormal",
-         lambda: Formula("lognormal", np.sqrt, "normal",
-                         lambda i, z: np.sqrt(i) * np.exp(LOGNORMAL_SIGMA * z - LOGNORMAL_SIGMA ** 2 / 2)))
+         lambda: Formula("lognormal", np.sqrt, "normal", _zero, np.sqrt,
+                         lambda z: np.exp(LOGNORMAL_SIGMA * z - LOGNORMAL_SIGMA ** 2 / 2)))
 register("tau-model", "ringmaster",
          lambda: Formula("ringmaster", lambda i: 1 + np.sqrt(i) + np.sqrt(2 * (i + 1) / math.pi), "normal",
-                         lambda i, z: 1 + np.sqrt(i) + np.abs(z) * np.sqrt(i + 1)))
+                         lambda i: 1 + np.sqrt(i), lambda i: np.sqrt(i + 1), np.abs))
 register("tau-model", "real", RealWork)
 TAU_MODELS = names("tau-model")
 

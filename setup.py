@@ -15,7 +15,10 @@ setup(
     long_description_content_type="text/markdown",
     license="BSD-3-Clause",
     python_requires=">=3.10",
-    packages=find_packages(include=["mpiopt", "mpiopt.*"]),
+    # The CUDA sources in kernels/ are installed as the package data of mpiopt.kernels.cuda.
+    packages=find_packages(include=["mpiopt", "mpiopt.*"]) + ["mpiopt.kernels.cuda"],
+    package_dir={"mpiopt.kernels.cuda": "kernels"},
+    package_data={"mpiopt.kernels.cuda": ["*.cu", "*.cuh"]},
     install_requires=["numpy>=1.23", "scipy>=1.9", "mpi4py>=4", "threadpoolctl>=3"],
     extras_require={
         "mpich": ["mpich"],

@@ -452,7 +452,7 @@ def run_async_sgd(args, comm):
         except ImportError as error:
             problem = f"--plot needs matplotlib (pip install matplotlib): {error}"
     check_collectively(comm, problem)
-    names = methods() if args.method == "all" else [args.method]
+    names = _method_order(methods()) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(runtime=args.runtime, n_workers=n_workers, epsilon=args.epsilon, step_size=args.step_size,
                   batch=args.batch, threshold=args.threshold, stop_computations=args.stop_computations,
@@ -476,9 +476,9 @@ def run_async_sgd(args, comm):
         source = {"problem": args.problem, "problem_options": options, "ranks": comm.size}
         if args.method == "all":
             payload = {"methods": names, "comparison": _async_sgd_comparison(results),
-                       "results": {name: _result_dict(result) for name, result in results.items()}, "source": source}
+                       "results": {name: result.to_dict() for name, result in results.items()}, "source": source}
         else:
-            payload = dict(_result_dict(results[args.method]), source=source)
+            payload = dict(results[args.method].to_dict(), source=source)
         write_json(args.output, payload)
         if args.plot:
             _async_sgd_plot(results, args.plot)
@@ -488,12 +488,10 @@ def run_async_sgd(args, comm):
     return 0
 
 
-def _result_dict(result):
-    """result.to_dict(), with time_to_epsilon a plain float (the simulator's is a numpy scalar, which to_dict's
-    array test takes for an array)."""
-    import dataclasses
-    reached = result.time_to_epsilon
-    return dataclasses.replace(result, time_to_epsilon=None if reached is None else float(reached)).to_dict()
+def _method_order(registered):
+    """The registered methods, slowest theory first (Minibatch, Asynchronous, Rennala, Ringmaster), then others."""
+    known = [name for name in ("minibatch", "asgd", "rennala", "ringmaster") if name in registered]
+    return known + [name for name in registered if name not in known]
 
 
 def _async_sgd_comparison(results):
@@ -517,10 +515,10 @@ def _async_sgd_table(results, compare=False):
     first = next(iter(results.values()))
     info, problem = first.info, first.info["problem"]
     predicted = first.predicted
-    lines = [f"async-sgd: {problem['name']} (d = {problem['dim']}, L = {problem['L']:.4g}, "
-             f"sigma^2 = {problem['sigma2']:.4g}), epsilon = {info['epsilon']:.4g}; {info['runtime']} runtime, "
-             f"{info['n_workers']} workers, compute times {info['tau']} (m* = {predicted.get('m_star')})",
-             "times in compute-time units; predicted: the theory's time to epsilon with constants dropped"]
+    lines = [f"async-sgd: {problem['name']}, d = {problem['dim']}, L = {problem['L']:.4g}, "
+             f"sigma^2 = {problem['sigma2']:.4g}, epsilon = {info['epsilon']:.4g}",
+             f"workers: {info['n_workers']} ({info['runtime']} runtime), compute times {info['tau']}, "
+             f"m* = {predicted.get('m_star')}; times in compute-time units, predicted with constants dropped"]
     header = ["method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted"]
     if compare:
         header += ["measured/rennala", "predicted/rennala"]

@@ -27,7 +27,7 @@ class AsyncSGDResult(Result):
         return (f"AsyncSGDResult(method={self.info['method']}, status={self.status}, steps={self.steps}, "
                 f"gradients={self.gradients}, time={self.time:.6g}, time_to_epsilon={reached})")
 
-    def plot(self, path, ax=None):
+    def plot(self, path):
         """||grad f||^2 and f - f_low against time (needs matplotlib)."""
         try:
             import matplotlib

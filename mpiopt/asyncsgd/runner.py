@@ -69,7 +69,7 @@ class Recorder:
         for column, value in zip(HISTORY_COLUMNS, (time, k, gradients, loss, norm2)):
             self.history[column].append(value)
         if self.time_to_epsilon is None and norm2 <= self.epsilon:
-            self.time_to_epsilon = time
+            self.time_to_epsilon = float(time)
         if self.rows % self.settings.log_every == 0:
             self.log.row(time, k, gradients, loss, norm2)
         self.rows += 1
@@ -145,4 +145,5 @@ def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, en
     return AsyncSGDResult(status=recorder.status or "max_steps", history=recorder.history,
                           timings={"total": clock.perf_counter() - wall_started}, info=info, x=method.x,
                           steps=method.k, gradients=int(gradients), time=float(end_time),
-                          time_to_epsilon=recorder.time_to_epsilon, predicted=predicted)
+                          time_to_epsilon=None if recorder.time_to_epsilon is None else float(recorder.time_to_epsilon),
+                          predicted=predicted)

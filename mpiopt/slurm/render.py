@@ -39,7 +39,8 @@ for _name, _workload in (("solve", Workload(["-m", "mpiopt", "solve"], resumes=T
                          ("admm-benchmark", Workload(["benchmarks/admm_lasso.py"])),
                          ("allreduce-benchmark", Workload(["benchmarks/allreduce.py"])),
                          ("train", Workload(["-m", "mpiopt", "train"], resumes=True)),
-                         ("federated", Workload(["-m", "mpiopt", "federated"], resumes=True))):
+                         ("federated", Workload(["-m", "mpiopt", "federated"], resumes=True)),
+                         ("async-sgd", Workload(["-m", "mpiopt", "async-sgd"]))):
     register("workload", _name, _workload)
 WORKLOADS = names("workload")  # the names registered here; a later registration is found through the registry
 NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")

@@ -1,0 +1,184 @@
+"""``mpiopt async-sgd`` as a user runs it: the simulator at one rank, the MPI runtime at three, the table, errors."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_mpi
+from mpiopt.cli import build_parser
+from mpiopt.core.registry import names
+from mpiopt.slurm import render_script
+
+ROOT = Path(__file__).resolve().parent.parent
+SMALL = ["-m", "mpiopt", "async-sgd", "--problem", "quadratic", "--dim", "10", "--workers", "4", "--tau", "sqrt",
+         "--quiet"]
+HEADER = ("method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted")
+
+
+def run_one(*arguments, cwd=None):
+    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=60, cwd=cwd,
+                          env=environment)
+
+
+def _choices(parser, dest):
+    return next(action.choices for action in parser._actions if action.dest == dest)
+
+
+def _table_rows(stdout):
+    """The table's rows as lists of cells, keyed by method (the lines between the header's rules and the last)."""
+    lines = stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("method "))
+    rows = {}
+    for line in lines[header + 2:]:
+        if line.startswith("---"):
+            break
+        cells = [cell for cell in line.split("  ") if cell.strip()]
+        rows[cells[0].strip()] = [cell.strip() for cell in cells]
+    return lines[header], rows
+
+
+def test_parser_choices_come_from_the_registries():
+    commands = next(action for action in build_parser()._actions if action.dest == "command")
+    parser = commands.choices["async-sgd"]
+    assert list(_choices(parser, "method")) == names("asyncsgd-method") + ["all"]
+    assert set(names("asyncsgd-method")) >= {"minibatch", "asgd", "rennala", "ringmaster"}
+    assert list(_choices(parser, "tau")) == names("tau-model")
+    assert list(_choices(parser, "problem")) == names("asyncsgd-problem")
+    assert list(_choices(parser, "runtime")) == ["simulator", "mpi"]
+    assert list(_choices(parser, "dataset")) == names("dataset")
+
+
+@pytest.mark.timeout(60)
+def test_simulator_run_writes_json_and_prints_the_table(tmp_path):
+    completed = run_one(*SMALL, "--method", "ringmaster", "--threshold", "inf", "--output", "r.json", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "r.json").read_text())
+    for field in ("status", "history", "timings", "info", "x", "steps", "gradients", "time", "time_to_epsilon",
+                  "predicted", "source"):
+        assert field in result, field
+    assert result["status"] == "epsilon" and result["time_to_epsilon"] > 0 and len(result["x"]) == 10
+    assert result["info"]["method"] == "ringmaster" and result["info"]["n_workers"] == 4
+    assert result["info"]["runtime"] == "simulator" and result["info"]["parameters"]["threshold"] == "inf"
+    assert result["source"] == {"problem": "quadratic", "problem_options": {"dim": 10}, "ranks": 1}
+    assert set(result["predicted"]) >= {"minibatch", "asgd", "rennala", "ringmaster", "m_star"}
+    header, rows = _table_rows(completed.stdout)
+    assert all(column in header for column in HEADER) and "rennala" not in header, "no ratios for one method"
+    row = rows["ringmaster"]
+    assert row[1:4] == ["epsilon", str(result["steps"]), str(result["gradients"])]
+    assert row[6] == f"{result['time_to_epsilon']:.6g}" and row[7] == f"{result['predicted']['ringmaster']:.4g}"
+    assert "mpiopt async-sgd" not in completed.stdout, "--quiet: no iteration log"
+    assert completed.stdout.rstrip().endswith("result written to r.json")
+
+
+@pytest.mark.timeout(60)
+def test_method_all_compares_every_method_in_one_table_json_and_plot(tmp_path):
+    try:
+        import matplotlib  # noqa: F401
+        plot = ["--plot", "all.png"]
+    except ImportError:  # the test extra does not install it: the table and the JSON are still checked
+        plot = []
+    completed = run_one(*SMALL, "--method", "all", "--output", "all.json", *plot, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    payload = json.loads((tmp_path / "all.json").read_text())
+    methods = names("asyncsgd-method")
+    assert sorted(payload["methods"]) == sorted(methods) == sorted(payload["results"])
+    assert payload["methods"][:4] == ["minibatch", "asgd", "rennala", "ringmaster"]
+    header, rows = _table_rows(completed.stdout)
+    assert "measured/rennala" in header and "predicted/rennala" in header
+    assert list(rows) == payload["methods"]
+    for name in methods:
+        result, row = payload["results"][name], payload["comparison"][name]
+        assert result["info"]["method"] == name and result["info"]["n_workers"] == 4
+        assert row["measured"] == result["time_to_epsilon"]
+        assert row["predicted/rennala"] == pytest.approx(result["predicted"][name] / result["predicted"]["rennala"])
+        assert rows[name][8] == f"{row['measured/rennala']:.3f}"
+        assert rows[name][9] == f"{row['predicted/rennala']:.3f}"
+    assert payload["comparison"]["rennala"]["measured/rennala"] == 1.0
+    assert payload["comparison"]["minibatch"]["predicted/rennala"] > 1, "sqrt times: minibatch waits"
+    if plot:
+        assert (tmp_path / "all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.timeout(60)
+def test_explicit_taus_and_a_data_problem(tmp_path):
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "logistic", "--batch-size", "8",
+                        "--taus", "1,2.5,4", "--method", "asgd", "--max-steps", "50", "--quiet",
+                        "--output", "t.json", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "t.json").read_text())
+    assert result["info"]["n_workers"] == 3 and result["info"]["tau_means"] == [1, 2.5, 4]
+    assert result["info"]["problem"]["batch_size"] == 8 and result["status"] == "max_steps"
+    assert "not reached" in _table_rows(completed.stdout)[1]["asgd"]
+
+
+@pytest.mark.timeout(60)
+def test_mpi_runtime_at_three_ranks_prints_the_table_once(tmp_path):
+    completed = run_mpi(3, *SMALL[:-5], "--runtime", "mpi", "--method", "all", "--time-unit", "0.0005",
+                        "--max-steps", "10", "--max-gradients", "200", "--output", "mpi.json",
+                        cwd=tmp_path, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count("method ") == 1 and completed.stdout.count("result written to mpi.json") == 1
+    assert completed.stdout.count("mpiopt async-sgd") == len(names("asyncsgd-method")), "one log per method"
+    payload = json.loads((tmp_path / "mpi.json").read_text())
+    for name, result in payload["results"].items():
+        assert result["info"]["runtime"] == "mpi" and result["info"]["n_workers"] == 2
+        assert result["status"] in ("epsilon", "max_steps", "max_gradients"), name
+        assert result["info"]["time_unit"] == 0.0005
+    assert payload["source"]["ranks"] == 3
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("arguments, message", [
+    (["--runtime", "mpi", "--workers", "5"],
+     "ranks 0-2: --workers 5, but the mpi runtime at 3 ranks has 2 workers (ranks - 1); omit --workers"),
+    (["--threshold", "0"], "ranks 0-2: threshold must be None, an integer >= 1 or inf, got 0"),
+    (["--problem", "logistic", "--dim", "5"], "ranks 0-2: problem logistic takes no --dim"),
+    (["--taus", "1,2"], "ranks 0-2: --taus gives 2 compute times for 4 workers"),
+    (["--threshold", "many"], "mpiopt async-sgd: error: argument --threshold: expected an integer >= 1 or inf"),
+])
+def test_bad_options_exit_2_with_one_message(tmp_path, arguments, message):
+    completed = run_mpi(3, "-m", "mpiopt", "async-sgd", "--workers", "4", "--quiet", *arguments, cwd=tmp_path,
+                        timeout=60)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count(message) == 1, completed.stderr
+    assert completed.stdout == "" and list(tmp_path.iterdir()) == [], "nothing run, nothing written"
+
+
+@pytest.mark.timeout(60)
+def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
+    (tmp_path / "plain-file").write_text("x")
+    (tmp_path / "folder").mkdir()
+    for arguments, message in ((["--output", "plain-file/r.json"], "cannot write output plain-file/r.json: "),
+                               (["--output", "folder"], "cannot write output folder: "),
+                               (["--plot", "folder"], "cannot write plot folder: ")):
+        completed = run_mpi(2, *SMALL, "--runtime", "mpi", "--workers", "1", *arguments, cwd=tmp_path,
+                            timeout=60)
+        assert completed.returncode == 2, completed.stderr
+        assert completed.stderr.count(message) == 1, completed.stderr
+        assert completed.stdout == "", "no run and no table"
+    assert not (tmp_path / "mpiopt_async_sgd.json").exists()
+
+
+def test_async_sgd_is_a_slurm_workload_that_does_not_resume(tmp_path):
+    assert "async-sgd" in names("workload")
+    script = render_script("async-sgd", ["--runtime", "mpi", "--method", "all"], ntasks=5)
+    assert 'srun --mpi=pmi2 "$PYTHON" -m mpiopt async-sgd --runtime mpi --method all &' in script
+    assert "--checkpoint" not in script
+    completed = run_one("-m", "mpiopt", "slurm", "async-sgd", "-n", "3", "--render-only", "--", "--quiet",
+                        cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "-m mpiopt async-sgd --quiet &" in completed.stdout and "#SBATCH --ntasks=3" in completed.stdout
+
+
+SBATCH = ["--runtime", "mpi", "--method", "all", "--problem", "quadratic", "--dim", "100", "--tau", "sqrt",
+          "--time-unit", "0.01", "--quiet", "--output", "async-sgd.json"]
+
+
+def test_committed_script_is_what_the_renderer_makes():
+    expected = render_script("async-sgd", SBATCH, job_name="async-sgd", ntasks=5, time="00:30:00")
+    assert (ROOT / "slurm" / "async-sgd.sbatch").read_text() == expected, "re-render slurm/async-sgd.sbatch"
+    assert "async-sgd.sbatch" in (ROOT / "slurm" / "README.md").read_text()

@@ -99,8 +99,8 @@ def _simulate_on_root(problem, tau_model, options, comm, started, root=0):
             result = make_result(recorder, "simulator", n_workers, tau_model, options, predicted, end, gradients,
                                  computed, cancelled, started)
             recorder.footer(result)
-        except (ValueError, RuntimeError, FloatingPointError) as failure:
-            error = f"simulation failed: {failure}"
+        except Exception as failure:  # noqa: BLE001 - the other ranks wait for rank 0: they must hear of it
+            error = f"simulation failed: {type(failure).__name__}: {failure}"
     _wait_quietly(comm, root)
     check_collectively(comm, error)
     return comm.bcast(result, root=root) if comm.size > 1 else result

@@ -84,12 +84,16 @@ class _Sends:
 
 def _serve(comm, problem, tau_model, settings, started):
     n, unit = comm.size - 1, settings.time_unit
-    method, recorder, predicted = prepare(problem, tau_model, settings, n)
-    recorder.banner("mpi", n, tau_model, predicted)
+    sends, status = _Sends(), MPI.Status()
+    try:  # a failure here must still release the workers, which wait for a JOB or a STOP
+        method, recorder, predicted = prepare(problem, tau_model, settings, n)
+        recorder.banner("mpi", n, tau_model, predicted)
+    except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
+        error = f"the server failed: {type(failure).__name__}: {failure}"
+        return None, _shutdown(comm, n, sends, settings.idle_timeout) or error
     jobs, started_at = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
     busy = np.zeros(n, dtype=bool)
     computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    sends, status = _Sends(), MPI.Status()
     gradients, error = 0, None
     origin = MPI.Wtime()
 
@@ -129,18 +133,22 @@ def _serve(comm, problem, tau_model, settings, started):
             worker, job, k_at = source - 1, int(received[0]), int(received[1])
             if job != jobs[worker]:
                 continue  # a gradient of a job cancelled since (counted when it was cancelled)
+            time = now()
+            if settings.max_time is not None and time > settings.max_time:
+                recorder.status = "max_time"  # as in the simulator, nothing arriving after max_time is used
+                break
             busy[worker] = False
             computed[worker] += 1
             gradients += 1
-            time = now()
             accepted_before = int(method.accepted[worker])
             assign(method.arrive(worker, received[HEADER:], k_at))
             recorder.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
             recorder.evaluate(time, gradients)
     except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
         error = f"the server failed: {type(failure).__name__}: {failure}"
-    end = now()
-    _shutdown(comm, n, sends, settings.idle_timeout)
+    end = now() if recorder.status != "max_time" else min(now(), settings.max_time)
+    stuck = _shutdown(comm, n, sends, settings.idle_timeout)
+    error = error or stuck
     if error is not None:
         return None, error
     recorder.evaluate(end, gradients, force=True)
@@ -154,19 +162,23 @@ def _serve(comm, problem, tau_model, settings, started):
 
 
 def _shutdown(comm, n, sends, idle_timeout):
-    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped)."""
+    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped).
+
+    Returns None, or a message when some workers did not stop within ``idle_timeout`` seconds (returned,
+    not raised: the server must still reach the collective check that every rank makes after the run)."""
     for worker in range(n):
         sends.send(comm, NOTHING, worker + 1, ASGD_STOP)
     open_workers, status = set(range(1, n + 1)), MPI.Status()
     while open_workers:
         message = next_message(comm, status, idle_timeout)
         if message is None:
-            raise RuntimeError(f"async-sgd server: workers {sorted(w - 1 for w in open_workers)} did not stop "
-                               f"within {idle_timeout:g} s")
+            return (f"async-sgd server: workers {sorted(w - 1 for w in open_workers)} did not stop "
+                    f"within {idle_timeout:g} s")
         message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
         if status.Get_tag() == ASGD_DONE:
             open_workers.discard(status.Get_source())
     sends.wait()
+    return None
 
 
 def _wait_until(comm, status, deadline):
@@ -189,6 +201,12 @@ def _work(comm, problem, tau_model, settings, worker):
     status, sends = MPI.Status(), _Sends()
     job = deadline = None
     failed = False
+
+    def report(failure):  # once: the server then stops every worker and tells every rank
+        text = f"{type(failure).__name__}: {failure}".encode("utf-8")
+        sends.send(comm, np.frombuffer(text, dtype=np.uint8).copy(), 0, ASGD_ERROR)
+        return True
+
     while True:
         message = next_message(comm, status, math.inf, source=0) if job is None else \
             _wait_until(comm, status, deadline)
@@ -198,9 +216,7 @@ def _work(comm, problem, tau_model, settings, worker):
                     grad = problem.stochastic_grad(job[HEADER:], noise)
                     sends.send(comm, _pack(job[0], job[1], grad), 0, ASGD_GRAD)
             except Exception as failure:  # noqa: BLE001 - the server tells every rank
-                failed = True
-                text = f"{type(failure).__name__}: {failure}".encode("utf-8")
-                sends.send(comm, np.frombuffer(text, dtype=np.uint8).copy(), 0, ASGD_ERROR)
+                failed = report(failure)
             job = None
             continue
         if status.Get_tag() == ASGD_STOP:
@@ -208,7 +224,12 @@ def _work(comm, problem, tau_model, settings, worker):
             break
         job = np.empty(HEADER + problem.dim)
         message.Recv(job)
-        tau = 0.0 if tau_model.real else float(tau_model.draw(number, tau_rng)[0])
+        tau = 0.0
+        if not (tau_model.real or failed):
+            try:
+                tau = float(tau_model.draw(number, tau_rng)[0])
+            except Exception as failure:  # noqa: BLE001 - a tau model failing on this worker only
+                failed = report(failure)
         deadline = clock.monotonic() + tau * unit
     sends.wait()
     comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)

@@ -54,7 +54,7 @@ class AsyncSGDSettings(Settings):
              f"n_workers must be None or an integer >= 1, got {self.n_workers!r}"),
             (not isinstance(self.tau, str) or self.tau in names("tau-model"),
              lambda: f"tau must be one of {', '.join(names('tau-model'))}, a TauModel or times, got {self.tau!r}"),
-            (not (self.tau == "real" and self.runtime == "simulator"),
+            (not (isinstance(self.tau, str) and self.tau == "real" and self.runtime == "simulator"),
              "tau 'real' (real computing time) needs the mpi runtime"),
             (_positive_or_none(self.epsilon), f"epsilon must be None or a number > 0, got {self.epsilon!r}"),
             (_positive_or_none(self.step_size), f"step_size must be None or a number > 0, got {self.step_size!r}"),

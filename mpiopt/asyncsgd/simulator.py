@@ -76,8 +76,10 @@ class EventQueue:
         else:
             times = self.bulk_times[rest]
         if rest.size > CHUNK:
-            part = np.argpartition(times, CHUNK - 1)
-            chosen, self.bulk_rest = rest[part[:CHUNK]], rest[part[CHUNK:]]
+            # every time up to the CHUNK-th smallest, ties included, so that ties still go to the lower worker
+            kth = times[np.argpartition(times, CHUNK - 1)[CHUNK - 1]]
+            first = times <= kth
+            chosen, self.bulk_rest = rest[first], rest[~first]
         else:
             chosen, self.bulk_rest = rest, None
         self.bulk_order = chosen[np.lexsort((chosen, self.bulk_times[chosen]))]

@@ -100,6 +100,6 @@ class AndersonAccelerator:
         except np.linalg.LinAlgError:
             self.reset()
             return z_mapped, u_mapped
-        accelerated = image - sum(g * d for g, d in zip(gamma, self.images))
+        accelerated = image - sum(float(g) * d for g, d in zip(gamma, self.images))  # host scalars, xp vectors
         n = z.size
         return accelerated[:n] / self.z_weight, accelerated[n:]

@@ -35,7 +35,7 @@ class Design:
         if self.sparse:
             g = np.asarray(g).ravel()
         if self.intercept:
-            g = self.xp.concatenate([g, self.xp.asarray([w.sum()], dtype=g.dtype)])
+            g = self.xp.concatenate([g, w.sum(keepdims=True).astype(g.dtype, copy=False)])  # stays on the device
         return g
 
     def gram(self, weights=None):

@@ -35,6 +35,15 @@ keeps the unscaled dual variable rho u.
 Per iteration, per rank: one x-step (two triangular solves for a tall shard),
 O(n) vector work, one allreduce of n doubles and one of five.
 
+One code path, two backends: the vectors live in the array module ``xp`` of
+the data (numpy, or CuPy with everything kept on the GPU across iterations).
+The vector steps are the kernels of mpiopt.kernels.admm, whose numpy twins are
+the formulas above: ``relax``, and for an L1 penalty (``penalty.threshold``)
+the z- and u-steps fused into one pass (``z_u_update``); other penalties run
+their prox and the u-step separately.  On the GPU the two all-reduces go
+through host memory (the reducers work on numpy buffers), and only scalars
+(the residual norms) come back to the host otherwise.
+
 The loop reads as the algorithm: each step is a short method (``x_step``,
 ``relax``, ``z_step``, ``u_step``, ``residuals``, ``termination``,
 ``adapt_rho``, ``accelerate``, ``checkpoint``), in the manner of OSQP's
@@ -45,11 +54,14 @@ import dataclasses
 import math
 import time
 
+import numpy as np
 from mpi4py import MPI
 
 from ..collectives import Reducer, get_reducer
+from ..core import backend
 from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
+from ..kernels import admm as kernels
 from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
@@ -99,7 +111,7 @@ class ConsensusADMM:
         self.checkpointer = None
         self.anderson = AndersonAccelerator(settings.anderson, comm, xp) if settings.anderson else None
         self.x_time = self.comm_time = 0.0
-        self._sums, self._scalars = xp.zeros(n), xp.zeros(5)
+        self._sums, self._scalars = xp.zeros(n), np.zeros(5)  # the five scalars live on the host
 
     # -- set-up ------------------------------------------------------------------
     def default_rho(self):
@@ -161,8 +173,18 @@ class ConsensusADMM:
         xp = self.xp
         local = self.loss.gradient(z) if self.loss.active else xp.zeros(self.loss.n)
         gradient = xp.array(local, dtype=float)
-        self.reducer.allreduce(gradient, gradient)
+        self.allreduce(gradient)
         return float(xp.abs(z - self.penalty.prox(z - gradient, 1.0)).max())
+
+    def allreduce(self, buffer):
+        """Sum ``buffer`` over the ranks, in place, through the reducer; a GPU array is staged through host
+        memory (the reducers work on numpy buffers)."""
+        if backend.is_numpy(self.xp):
+            self.reducer.allreduce(buffer, buffer)
+        else:
+            host = backend.to_host(buffer)
+            self.reducer.allreduce(host, host)
+            buffer.set(host)
 
     # -- the steps of one iteration ----------------------------------------------
     def x_step(self, z, u):
@@ -174,16 +196,34 @@ class ConsensusADMM:
         return loss.prox(z - u, tolerance)
 
     def relax(self, x, z):
-        """Over-relaxation xh_i = alpha x_i + (1 - alpha) z."""
-        return z + self.settings.alpha * (x - z)
+        """Over-relaxation xh_i = alpha x_i + (1 - alpha) z, computed as z + alpha (x - z) (one kernel)."""
+        return kernels.relax(x, z, self.settings.alpha)
+
+    def reduce_sums(self, sums):
+        """The allreduce of n doubles of the z-step (timed as communication)."""
+        tock = time.perf_counter()
+        self.allreduce(sums)
+        self.comm_time += time.perf_counter() - tock
 
     def z_step(self, sums, rho):
         """z = prox_{g / (N rho)}(mean of xh_i + u_i): one allreduce of n doubles, then the penalty's prox."""
-        tock = time.perf_counter()
-        self.reducer.allreduce(sums, sums)
-        self.comm_time += time.perf_counter() - tock
+        self.reduce_sums(sums)
         count = self.active_ranks
         return self.penalty.prox(sums / count, 1.0 / (count * rho))
+
+    def z_u_step(self, sums, rho, u, x_relaxed):
+        """The z-step then the u-step; for soft-thresholding penalties (L1) fused into one pass
+        (kernels.z_u_update, the same values as the two steps)."""
+        count = self.active_ranks
+        step = 1.0 / (count * rho)
+        threshold = getattr(self.penalty, "threshold", None)  # a duck-typed penalty may not have it
+        fused = threshold(step) if threshold is not None else None
+        if fused is None:
+            z = self.z_step(sums, rho)
+            return z, self.u_step(u, x_relaxed, z)
+        self.reduce_sums(sums)
+        kappa, free = fused
+        return kernels.z_u_update(sums, count, kappa, u, x_relaxed, free)
 
     def u_step(self, u, x_relaxed, z):
         """u_i = u_i + xh_i - z."""
@@ -303,11 +343,11 @@ class ConsensusADMM:
             self._sums[...] = 0.0
         self.x_time += time.perf_counter() - tick
         z_previous, u_previous = z, u
-        z = z_plain = self.z_step(self._sums, rho)
         if loss.active:
-            u = self.u_step(u, x_relaxed, z)
+            z, u = self.z_u_step(self._sums, rho, u, x_relaxed)
         else:
-            x = z
+            z = x = self.z_step(self._sums, rho)
+        z_plain = z
         residuals = self.residuals(x, z, u, z_previous, rho, signals)
         elapsed = elapsed_before + time.perf_counter() - start
         self.record(residuals, elapsed)

@@ -16,7 +16,11 @@ what the solver needs to know of it, as skglm's penalties do:
   coefficient is 0, from the gradient of the loss at the best null model (None:
   the penalty has no such weight);
 * ``leaving_free(count)``: the penalty on all but the last ``count``
-  coordinates (``Unpenalized``), which is how an intercept is kept out of it.
+  coordinates (``Unpenalized``), which is how an intercept is kept out of it;
+* ``threshold(step)``: ``(kappa, free)`` when ``prox(v, step)`` is plain
+  soft-thresholding at kappa of all but the last ``free`` coordinates (L1),
+  else None; the engine then fuses the z- and u-steps into one kernel
+  (:func:`mpiopt.kernels.admm.z_u_update`).
 
 A user registers a penalty of their own the same way and uses it by name::
 
@@ -31,6 +35,7 @@ import math
 
 import numpy as np
 
+from ..core.backend import to_host
 from ..core.registry import register
 from .prox import soft_threshold
 
@@ -39,7 +44,7 @@ def _exact(value):
     """A JSON value that pins ``value`` down exactly: a float (JSON keeps every bit) or an array's digest."""
     if np.ndim(value) == 0:
         return value if isinstance(value, (bool, int, str)) else float(value)
-    array = np.ascontiguousarray(np.asarray(value))
+    array = np.ascontiguousarray(to_host(value))
     return {"dtype": str(array.dtype), "shape": list(array.shape),
             "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
 
@@ -85,6 +90,11 @@ class Penalty:
     def prox(self, v, step):
         return v
 
+    def threshold(self, step):
+        """``(kappa, free)`` when ``prox(., step)`` is soft-thresholding at kappa of all but the last ``free``
+        coordinates (then the engine may fuse the z- and u-steps), else None."""
+        return None
+
     def value(self, z):
         return 0.0
 
@@ -123,6 +133,11 @@ class L1(Penalty):
 
     def prox(self, v, step):
         return soft_threshold(v, self.lam * step, self.xp)
+
+    def threshold(self, step):
+        if type(self).prox is not L1.prox:  # a subclass with a prox of its own
+            return None
+        return self.lam * step, 0
 
     def value(self, z):
         return self.lam * float(self.xp.abs(z).sum())
@@ -244,11 +259,16 @@ class Box(Penalty):
     def __init__(self, lower=-np.inf, upper=np.inf):
         self.lower, self.upper = lower, upper
 
+    def bounds(self):
+        """(lower, upper) in the array module of the iterates (host array bounds are copied to a GPU's)."""
+        return tuple(bound if np.ndim(bound) == 0 else self.xp.asarray(bound) for bound in (self.lower, self.upper))
+
     def prox(self, v, step):
-        return self.xp.clip(v, self.lower, self.upper)
+        return self.xp.clip(v, *self.bounds())
 
     def value(self, z):
-        inside = bool(self.xp.all(z >= self.lower - 1e-12)) and bool(self.xp.all(z <= self.upper + 1e-12))
+        lower, upper = self.bounds()
+        inside = bool(self.xp.all(z >= lower - 1e-12)) and bool(self.xp.all(z <= upper + 1e-12))
         return 0.0 if inside else math.inf
 
     def settings(self):
@@ -288,6 +308,12 @@ class Unpenalized(Penalty):
         z = v.copy()
         z[:-self.count] = self.penalty.prox(v[:-self.count], step)
         return z
+
+    def threshold(self, step):
+        inner = self.penalty.threshold(step)
+        if inner is None or inner[1] or self.count <= 0 or type(self).prox is not Unpenalized.prox:
+            return None
+        return inner[0], self.count
 
     def value(self, z):
         return self.penalty.value(z[:-self.count])

@@ -9,9 +9,14 @@ registry (mpiopt.core.registry), where each registers itself: today ``squared``
 (``l1_ratio``), ``group_lasso`` (``groups``), ``nonnegative``, ``box``
 (``lower``, ``upper``), ``none``, and whatever a user registers; a
 :mod:`mpiopt.admm.penalties` object is accepted too.  ``intercept=True`` appends
-an unpenalized column of ones.  A (m_i x n) may be dense (numpy; CuPy for the
-squared loss) or scipy.sparse CSR/CSC.  Validation is collective: every rank
-raises the same CollectiveError naming the offending ranks.
+an unpenalized column of ones.  A (m_i x n) may be dense numpy, dense CuPy or
+scipy.sparse CSR/CSC.  Validation is collective: every rank raises the same
+CollectiveError naming the offending ranks.
+
+The backend follows the data: CuPy shards are solved on the GPU that holds
+them (set up, iterated and answered there; ``result.x`` is a CuPy array), with
+every loss and penalty.  Give each rank its GPU with
+:func:`mpiopt.core.backend.select_device` before moving its shard there.
 """
 import hashlib
 import time
@@ -154,7 +159,7 @@ class Problem:
                                            "n": self.n_features if problem is None else None,
                                            "blas_threads": blas_threads})
         self.blas_threads = blas_threads
-        with blas_threads_for(plan_blas_threads(blas_threads, comm)):
+        with blas_threads_for(plan_blas_threads(blas_threads, comm)), backend.device_of(A_local):
             self._setup(A_local, b_local, kind, intercept, xp)
         self.setup_time = time.perf_counter() - start
 
@@ -199,7 +204,7 @@ class Problem:
             {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__, "lam": lam,
              "lam_ratio": lam_ratio}, **settings)
         threads = plan_blas_threads(settings_object.blas_threads, comm)
-        with blas_threads_for(threads):
+        with blas_threads_for(threads), backend.device_of(self._data[0]):  # the GPU holding the data, if any
             return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start)
 
     def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm_start):

@@ -8,7 +8,9 @@
 The **payload** is what travels: a tuple of 1-D numpy arrays whose dtypes and
 lengths are listed in ``ctx.parts``, so ``ctx.payload_bytes`` is exactly the
 number of bytes a rank sends for it, and :func:`pack` / :func:`unpack` turn it
-into one contiguous uint8 buffer and back.
+into one contiguous uint8 buffer and back.  CuPy input gives CuPy payloads (the
+compressors in this package run their kernels on the GPU, see
+:mod:`mpiopt.kernels.compress`), and ``decompress`` then returns CuPy arrays.
 
 The **context** ``ctx`` is small metadata that every rank rebuilds without any
 communication, :meth:`Compressor.context` (shape, dtype, buffer name, step,
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.backend import Scratch
+from ..core.backend import Scratch, get_array_module
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
@@ -68,9 +70,10 @@ class Context:
 
 
 def pack(payload, out=None):
-    """The payload's arrays, one after the other, as one contiguous uint8 buffer (or into ``out``)."""
+    """The payload's arrays, one after the other, as one contiguous uint8 buffer (or into ``out``), in the
+    payload's array module (numpy or CuPy)."""
     total = sum(part.nbytes for part in payload)
-    out = np.empty(total, dtype=np.uint8) if out is None else out
+    out = get_array_module(*payload).empty(total, dtype=np.uint8) if out is None else out
     start = 0
     for part in payload:
         out[start:start + part.nbytes] = part.reshape(-1).view(np.uint8)
@@ -111,6 +114,7 @@ class Compressor:
     def __init__(self):
         self._steps = {}
         self._scratch = Scratch()
+        self._device_scratch = {}
 
     # -- the interface -----------------------------------------------------
     def context(self, shape, dtype, name=None, step=0):
@@ -125,16 +129,17 @@ class Compressor:
     def decompress(self, payload, ctx, out=None):
         """The decoded array (shape and dtype of ``ctx``), or written into ``out`` (any shape with
         ``ctx.size`` elements, floating), which is returned."""
-        out = self._output(ctx, out)
+        out = self._output(ctx, out, payload)
         self.decode(payload, ctx, out.reshape(-1))
         return out
 
     def accumulate(self, payload, ctx, out, subtract=False):
         """``out += decoded`` (``-=`` with ``subtract``); by default decode into a scratch buffer, then add."""
-        flat = self._output(ctx, out).reshape(-1)
-        decoded = self.scratch("accumulate", flat.size, flat.dtype)
+        flat = self._output(ctx, out, payload).reshape(-1)
+        xp = get_array_module(flat)
+        decoded = self.scratch("accumulate", flat.size, flat.dtype, xp)
         self.decode(payload, ctx, decoded)
-        (np.subtract if subtract else np.add)(flat, decoded, out=flat)
+        (xp.subtract if subtract else xp.add)(flat, decoded, out=flat)
         return out
 
     def payload_bytes(self, shape, dtype=np.float32):
@@ -166,21 +171,28 @@ class Compressor:
         return Context(tuple(int(n) for n in shape), np.dtype(dtype), buffer_name(name), int(step),
                        tuple((np.dtype(d), int(c)) for d, c in parts), info)
 
-    def scratch(self, key, count, dtype):
-        """A reusable buffer of ``count`` elements (one per key and dtype)."""
-        return self._scratch(key, count, dtype)
+    def scratch(self, key, count, dtype, xp=np):
+        """A reusable buffer of ``count`` elements (one per key and dtype), of module ``xp`` (numpy or CuPy)."""
+        if xp is np:
+            return self._scratch(key, count, dtype)
+        buffer = self._device_scratch.get((key, np.dtype(dtype)))
+        if buffer is None or buffer.size < count:
+            buffer = self._device_scratch[(key, np.dtype(dtype))] = xp.empty(max(count, 1), dtype=dtype)
+        return buffer[:count]
 
     def check_input(self, x):
-        if not isinstance(x, np.ndarray):
-            raise TypeError(f"{self.name}: compress takes a numpy array, got {type(x).__name__}")
+        xp = get_array_module(x)
+        if not isinstance(x, xp.ndarray):
+            raise TypeError(f"{self.name}: compress takes a numpy or CuPy array, got {type(x).__name__}")
         if x.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{self.name}: compress takes float32 or float64 arrays, got {x.dtype}")
-        return np.ascontiguousarray(x)
+        return xp.ascontiguousarray(x)
 
-    def _output(self, ctx, out):
+    def _output(self, ctx, out, payload=()):
+        """``out`` checked, or a new array of ctx's shape and dtype in the payload's module (numpy or CuPy)."""
         if out is None:
-            return np.empty(ctx.shape, dtype=ctx.dtype)
-        if not isinstance(out, np.ndarray) or out.size != ctx.size or out.dtype.kind != "f" \
+            return get_array_module(*payload).empty(ctx.shape, dtype=ctx.dtype)
+        if not isinstance(out, get_array_module(out).ndarray) or out.size != ctx.size or out.dtype.kind != "f" \
                 or not out.flags.c_contiguous:
             raise ValueError(f"{self.name}: out must be a C-contiguous floating array of {ctx.size} elements, "
                              f"got {getattr(out, 'dtype', type(out).__name__)} of {getattr(out, 'size', '?')}")

@@ -1,9 +1,11 @@
 """``bf16``: bfloat16 (the upper 16 bits of a float32), stored as uint16.
 
 Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training".
-Cost: 2 B per element; a few integer passes each way.  float32's range with
-8 significant bits: relative error at most 2^-8, rounding to nearest with ties
-to even, computed on the float32 bit pattern:
+Cost: 2 B per element; one kernel each way on CuPy arrays, a few integer
+passes on numpy ones (:func:`~mpiopt.kernels.compress.to_bf16` and
+``from_bf16``, the same bits).  float32's range with 8 significant bits:
+relative error at most 2^-8, rounding to nearest with ties to even, computed
+on the float32 bit pattern:
 
     bits = float32 bits of x;  bf16 = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
 
@@ -16,33 +18,20 @@ gathers the payloads and sums the decoded values (in the input's precision).
 import numpy as np
 
 from ..core.registry import register
+from ..kernels.compress import from_bf16, to_bf16
 from .base import Compressor
 
 QUIET_NAN = np.uint16(0x7FC0)
 
 
 def float32_to_bf16(x):
-    """uint16 bfloat16 bit patterns of ``x``, rounded to nearest, ties to even."""
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = (bits >> 16) & np.uint32(1)
-    rounded += bits
-    rounded += np.uint32(0x7FFF)
-    rounded >>= 16
-    out = rounded.astype(np.uint16)
-    nan = np.isnan(bits.view(np.float32))
-    if nan.any():  # the rounding carry may have reached the sign bit: keep the input's sign
-        out[nan] = QUIET_NAN | ((bits[nan] >> 16).astype(np.uint16) & np.uint16(0x8000))
-    return out
+    """uint16 bfloat16 bit patterns of ``x``, rounded to nearest, ties to even (``kernels.compress.to_bf16``)."""
+    return to_bf16(x)
 
 
 def bf16_to_float32(bits, out=None):
-    """float32 values of uint16 bfloat16 bit patterns (exact)."""
-    wide = bits.astype(np.uint32)
-    wide <<= 16
-    if out is None:
-        return wide.view(np.float32)
-    np.copyto(out, wide.view(np.float32))
-    return out
+    """float32 values of uint16 bfloat16 bit patterns (exact; :func:`~mpiopt.kernels.compress.from_bf16`)."""
+    return from_bf16(bits, out=out)
 
 
 @register("compressor", "bf16")

@@ -19,6 +19,7 @@ every buffer its own.
 """
 import numpy as np
 
+from ..core.backend import get_array_module
 from .base import buffer_name
 
 
@@ -64,7 +65,7 @@ class ErrorFeedback:
         key = buffer_name(name)
         residual = self._residuals.get(key)
         if residual is None:
-            residual = self._residuals[key] = np.zeros(x.shape, dtype=x.dtype)
+            residual = self._residuals[key] = get_array_module(x).zeros(x.shape, dtype=x.dtype)
         elif residual.shape != x.shape or residual.dtype != x.dtype:
             raise ValueError(f"{self.name}: buffer {key!r} had shape {residual.shape} and dtype {residual.dtype}, "
                              f"now {x.shape} and {x.dtype}; use another name for another buffer")

@@ -16,57 +16,39 @@ l2 norm E||decoded_b - x_b||^2 <= min(d / s^2, sqrt(d) / s) ||x_b||^2 for a
 bucket of d elements (the paper's Lemma 3.1); with the max norm the variance of
 each element is at most N_b^2 / (4 s^2), much less for the same bits.
 
-Payload: the norms (float32, stored rounded up by 2^-20 so that |y_i| < s
-despite the roundings of a sum of squares in float32; levels are clipped to
-[-s, s] besides) and the levels, int8 for 8 bits, two signed nibbles per
-byte for 4 bits (element 2j in the low nibble):
+Payload: the norms (float32; l2: the square root of the float64 sum of
+squares in element order, stored rounded up by 2^-20 so that |y_i| < s despite
+the roundings; levels are clipped to [-s, s] besides) and the levels, int8 for
+8 bits, two signed nibbles per byte for 4 bits (element 2j in the low nibble):
 
     bytes = n (8 bits) or ceil(n / 2) (4 bits),  + 4 ceil(n / bucket_size)
 
-Compute: about six vectorized passes to compress (norms, scale, noise, add,
-floor, narrow), two to decompress.  Not linear: each rank's norms differ.
+Compute: the kernels of :mod:`mpiopt.kernels.compress` (one pass for the
+norms, one that draws the noise and quantizes; one to decompress) on CuPy
+arrays, their numpy twins (a few vectorized passes each) on numpy arrays; the
+payload stays in the input's module, and both give the same bits.  Not
+linear: each rank's norms differ.
 
-Noise: ``random_stream(seed, "qsgd", name, worker, step)``.  Unbiasedness of
-the sum over ranks needs independent noise on each rank, hence ``worker`` (the
-compressed reducer sets it to the rank when it builds the compressor by name);
-reproducibility needs seeding, hence ``seed`` and the step.  The noise is
-float32 (float64 for float64 input), so the rounding probabilities are exact
-to about 2^-24 of a level.
+Noise: u_i comes from Philox4x32-10, a counter-based generator, keyed by
+``philox_key(seed, "qsgd", name, worker)`` (:mod:`mpiopt.kernels.philox`, the
+key derived as :func:`~mpiopt.core.random.random_stream` derives its seed)
+with the counter (i // 4, step), word i % 4, as ``(word >> 8) 2^-24``: one of
+2^24 equally likely values in [0, 1), in float32 (float64 for float64 input),
+the same bits on the CPU and the GPU.  Unbiasedness of the sum over ranks
+needs independent noise on each rank, hence ``worker`` (the compressed reducer
+sets it to the rank when it builds the compressor by name); reproducibility
+needs seeding, hence ``seed`` and the step.  The rounding probabilities are
+exact to 2^-24 of a level, save for float32's rounding of y_i + u_i (its
+spacing near |y_i| <= s: at most 2^-17 of a level for 8 bits).
 """
 import numpy as np
 
-from ..core.random import random_stream
 from ..core.registry import register
+from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_norms,
+                                qsgd_quantize, unpack_nibbles)
 from .base import Compressor
 
-NORMS = ("l2", "max")
-NORM_MARGIN = 1.0 + 2.0 ** -20
-
-
-def per_bucket(ufunc, flat, per_bucket_values, bucket_size, out):
-    """``out = ufunc(flat, value of its bucket)`` for every element, without Python loops over elements."""
-    full = flat.size // bucket_size * bucket_size
-    buckets = full // bucket_size
-    ufunc(flat[:full].reshape(buckets, bucket_size), per_bucket_values[:buckets, None],
-          out=out[:full].reshape(buckets, bucket_size))
-    if full < flat.size:
-        ufunc(flat[full:], per_bucket_values[buckets], out=out[full:])
-    return out
-
-
-def pack_nibbles(levels):
-    """Signed 4-bit levels (int8 in [-8, 7]), two per byte: element 2j low, 2j + 1 high."""
-    packed = np.bitwise_and(levels[0::2].view(np.uint8), np.uint8(0x0F))
-    packed[:levels.size // 2] |= levels[1::2].view(np.uint8) << 4
-    return packed
-
-
-def unpack_nibbles(packed, count):
-    """The int8 levels of :func:`pack_nibbles` (sign-extended by arithmetic shifts)."""
-    levels = np.empty(2 * packed.size, dtype=np.int8)
-    levels[0::2] = (packed << 4).view(np.int8) >> 4
-    levels[1::2] = packed.view(np.int8) >> 4
-    return levels[:count]
+__all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "per_bucket", "unpack_nibbles"]
 
 
 @register("compressor", "qsgd")
@@ -95,40 +77,16 @@ class QSGD(Compressor):
         return self.make_context(shape, dtype, name, step, [(np.float32, buckets), (level_dtype, level_bytes)])
 
     def bucket_norms(self, flat):
-        """One float32 norm per bucket, rounded up by ``NORM_MARGIN``."""
-        full = flat.size // self.bucket_size * self.bucket_size
-        rows = flat[:full].reshape(-1, self.bucket_size)
-        tail = flat[full:]
-        if self.norm == "l2":
-            norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
-            wide = tail.astype(np.float64)
-            tail_norm = np.sqrt(wide @ wide) if tail.size else None
-        else:
-            norms = np.max(np.abs(rows), axis=1) if rows.size else np.empty(0)
-            tail_norm = np.abs(tail).max() if tail.size else None
-        if tail_norm is not None:
-            norms = np.append(norms, tail_norm)
-        return (np.asarray(norms, dtype=np.float64) * NORM_MARGIN).astype(np.float32)
+        """One float32 norm per bucket, rounded up by ``NORM_MARGIN`` (:func:`~mpiopt.kernels.compress.qsgd_norms`)."""
+        return qsgd_norms(flat, self.bucket_size, self.norm)
 
     def encode(self, flat, ctx):
-        norms = self.bucket_norms(flat)
-        scale = np.zeros(norms.size, dtype=flat.dtype)
-        np.divide(self.levels, norms, out=scale, where=norms > 0)
-        y = per_bucket(np.multiply, flat, scale, self.bucket_size, self.scratch("y", flat.size, flat.dtype))
-        noise = self.scratch("noise", flat.size, flat.dtype)
-        random_stream(self.seed, "qsgd", ctx.name, self.worker, ctx.step).random(out=noise, dtype=flat.dtype)
-        y += noise
-        np.floor(y, out=y)
-        bound = flat.dtype.type(self.levels)
-        np.clip(y, -bound, bound, out=y)  # acts only where the margin did not cover a norm's rounding
-        levels = y.astype(np.int8)
-        return norms, (levels if self.bits == 8 else pack_nibbles(levels))
+        return qsgd_quantize(flat, self.bits, self.bucket_size, self.norm, self.seed,
+                             ("qsgd", ctx.name, self.worker), ctx.step)
 
     def decode(self, payload, ctx, flat_out):
         norms, stored = payload
-        levels = stored if self.bits == 8 else unpack_nibbles(stored, ctx.size)
-        step = (norms / np.float32(self.levels)).astype(flat_out.dtype)
-        per_bucket(np.multiply, levels, step, self.bucket_size, flat_out)
+        qsgd_dequantize(norms, stored, ctx.size, self.bits, self.bucket_size, out=flat_out)
 
 
 @register("compressor", "qsgd8")

@@ -16,13 +16,17 @@ compressed reducer adds error feedback by default.
 
     bytes = k itemsize              (float32: 4 k; the indices never travel)
 
-Compute: drawing k of n indices (numpy's ``choice`` without replacement), a
-gather and a scale; decompressing zeroes n and scatters k.  Every rank with the
+Compute: drawing k of n indices (numpy's ``choice`` without replacement, on
+the host: they are part of the ctx), a gather and a scale; decompressing zeroes
+n and scatters k.  On CuPy arrays the indices are copied to the GPU once per
+ctx, and the values stay there.  Every rank with the
 same ``seed`` must use the same one (it is the shared part).
 """
 import numpy as np
 
+from ..core.backend import get_array_module
 from ..core.random import random_stream, seed_problem
+from ..kernels.compress import scatter_add
 from ..core.registry import register
 from .base import Compressor, check_sparse_options, sparse_count
 
@@ -53,19 +57,27 @@ class RandomK(Compressor):
         return ctx
 
     def encode(self, flat, ctx):
-        values = flat[ctx.info["indices"]]
+        values = flat[self.indices(ctx, flat)]
         if ctx.info["scale"] != 1.0:
             values *= values.dtype.type(ctx.info["scale"])
         return (values,)
 
     def decode(self, payload, ctx, flat_out):
         flat_out.fill(0)
-        flat_out[ctx.info["indices"]] = payload[0]
+        flat_out[self.indices(ctx, flat_out)] = payload[0]
 
     def accumulate(self, payload, ctx, out, subtract=False):
-        flat = self._output(ctx, out).reshape(-1)
-        if subtract:
-            flat[ctx.info["indices"]] -= payload[0]
-        else:
-            flat[ctx.info["indices"]] += payload[0]
+        flat = self._output(ctx, out, payload).reshape(-1)
+        scatter_add(flat, self.indices(ctx, flat), payload[0], subtract)
         return out
+
+    @staticmethod
+    def indices(ctx, like):
+        """ctx's indices in the array module of ``like`` (copied to a GPU once per ctx, then kept in it)."""
+        xp = get_array_module(like)
+        if xp is np:
+            return ctx.info["indices"]
+        device = ctx.info.get("device_indices")
+        if device is None:
+            device = ctx.info["device_indices"] = xp.asarray(ctx.info["indices"])
+        return device

@@ -13,8 +13,11 @@ Payload: the scale (float32) and the signs packed eight per byte
 
     bytes = 4 + ceil(n / 8)          (1/32 of float32, plus 4 bytes)
 
-Compute: a comparison and a pack to compress, an unpack and a multiply-add to
-decompress.  Biased (and not linear: scales differ), but with the l1 scale
+Compute: one pass to pack (:func:`~mpiopt.kernels.compress.sign_pack`, a
+CUDA kernel on CuPy arrays, ``np.packbits`` on numpy ones) and a reduction for
+the scale; one pass to decompress (:func:`~mpiopt.kernels.compress.sign_unpack`,
+which reads the scale where it is: no copy to the host on a GPU).  Biased
+(and not linear: scales differ), but with the l1 scale
 ||decoded - x||^2 = ||x||^2 - ||x||_1^2 / n <= (1 - 1/n) ||x||^2, a contraction,
 which is what error feedback needs; the compressed reducer wraps it in
 :class:`~mpiopt.compression.error_feedback.ErrorFeedback` by default.
@@ -22,9 +25,10 @@ which is what error feedback needs; the compressed reducer wraps it in
 import numpy as np
 
 from ..core.registry import register
+from ..kernels.compress import SIGN_SCALES, sign_pack, sign_scale, sign_unpack
 from .base import Compressor
 
-SCALES = ("l1", "l2")
+SCALES = SIGN_SCALES
 
 
 @register("compressor", "sign")
@@ -44,20 +48,13 @@ class Sign(Compressor):
         return self.make_context(shape, dtype, name, step, [(np.float32, 1), (np.uint8, -(-size // 8))])
 
     def magnitude(self, flat):
-        if not flat.size:
-            return 0.0
-        if self.scale == "l1":
-            return float(np.abs(flat).sum(dtype=np.float64)) / flat.size
-        return float(np.sqrt(np.dot(flat, flat))) / np.sqrt(flat.size)
+        """The scale as a float32 array of one element (in the input's module)."""
+        return sign_scale(flat, self.scale)
 
     def encode(self, flat, ctx):
-        non_negative = self.scratch("signs", flat.size, np.bool_)
-        np.greater_equal(flat, 0, out=non_negative)
-        return np.array([self.magnitude(flat)], dtype=np.float32), np.packbits(non_negative)
+        packed, scale = sign_pack(flat, self.scale)
+        return scale, packed
 
     def decode(self, payload, ctx, flat_out):
         scale, packed = payload
-        bits = np.unpackbits(packed, count=ctx.size)
-        magnitude = flat_out.dtype.type(scale[0])
-        np.multiply(bits, 2 * magnitude, out=flat_out)   # 0 or 2 scale ...
-        flat_out -= magnitude                             # ... minus scale: -scale or +scale
+        sign_unpack(packed, scale, ctx.size, out=flat_out)

@@ -10,14 +10,18 @@ Payload: the values (the input's dtype) and their indices (int32, ascending):
 
     bytes = k (itemsize + 4)          (float32: 8 k, so below n/2 entries it saves bytes)
 
-Compute: one ``argpartition`` of |x| (linear time), a sort of the k indices and
-a gather; decompressing zeroes n and scatters k (adding into a sum scatters
-only).  Not linear: each rank picks its own indices.  Ties in |x| are broken by
-``argpartition`` (deterministically for the same input).
+Compute: :func:`~mpiopt.kernels.compress.topk_select`: the k-th largest
+magnitude (a linear ``partition`` on numpy, a sort on a GPU), the entries
+above it and the first of its ties, compacted in index order; decompressing
+zeroes n and scatters k, adding into a sum scatters only
+(:func:`~mpiopt.kernels.compress.scatter_add`).  Not linear: each rank picks
+its own indices.  Ties in |x| go to the lower indices, so the selection is the
+same on the CPU and the GPU.
 """
 import numpy as np
 
 from ..core.registry import register
+from ..kernels.compress import scatter_add, topk_select
 from .base import Compressor, check_sparse_options, sparse_count
 
 MAX_INDEX = np.iinfo(np.int32).max
@@ -42,14 +46,7 @@ class TopK(Compressor):
         return self.make_context(shape, dtype, name, step, [(dtype, k), (np.int32, k)], k=k)
 
     def encode(self, flat, ctx):
-        k = ctx.info["k"]
-        if k == flat.size:
-            indices = np.arange(k, dtype=np.int32)
-        else:
-            magnitudes = np.abs(flat)
-            indices = np.argpartition(magnitudes, flat.size - k)[flat.size - k:].astype(np.int32)
-            indices.sort()
-        return flat[indices], indices
+        return topk_select(flat, ctx.info["k"])
 
     def decode(self, payload, ctx, flat_out):
         values, indices = payload
@@ -58,9 +55,5 @@ class TopK(Compressor):
 
     def accumulate(self, payload, ctx, out, subtract=False):
         values, indices = payload
-        flat = self._output(ctx, out).reshape(-1)
-        if subtract:
-            flat[indices] -= values
-        else:
-            flat[indices] += values
+        scatter_add(self._output(ctx, out, payload).reshape(-1), indices, values, subtract)
         return out

@@ -2,12 +2,23 @@
 
 The numerical engines never call numpy directly.  They take ``xp`` from
 :func:`get_array_module` and use the few dense-algebra helpers below, each with
-a numpy/scipy implementation and a CuPy one, so the same engine runs on either.
+a numpy/scipy implementation and a CuPy one, so the same engine runs on either:
+:func:`cholesky` (LAPACK through scipy, or cuSOLVER's potrf through
+``cupy.linalg.cholesky``) and :func:`cholesky_solve` (two triangular solves,
+scipy's or ``cupyx.scipy.linalg.solve_triangular``).
+
+:func:`select_device` gives each MPI rank its GPU by its rank within the node;
+call it once, before the data are moved to the GPU.
 """
+import functools
+
 import numpy as np
 
 
+@functools.cache
 def _cupy():
+    """The cupy module, or None when it is not installed (looked up once: a failed import is not cached by
+    Python, and the engines ask for the array module of their vectors every iteration)."""
     try:
         import cupy
     except ImportError:
@@ -30,10 +41,62 @@ def is_numpy(xp):
 
 
 def to_host(array):
-    """Return a numpy copy of a numpy or CuPy array (numpy arrays pass through)."""
+    """Return a numpy copy of a CuPy array; numpy arrays pass through, other array-likes go through np.asarray."""
     if isinstance(array, np.ndarray):
         return array
-    return array.get()
+    if hasattr(array, "__cuda_array_interface__"):
+        return array.get()
+    return np.asarray(array)
+
+
+def device_count():
+    """The number of GPUs CuPy can use here: 0 without CuPy, a driver or a device."""
+    cupy = _cupy()
+    if cupy is None:
+        return 0
+    try:
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # CUDARuntimeError: no driver, an old driver, no device
+        return 0
+
+
+def local_rank(comm):
+    """This rank's rank among the ranks of ``comm`` on its node (collective: a shared-memory split)."""
+    from mpi4py import MPI
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    try:
+        return node.rank
+    finally:
+        node.Free()
+
+
+def select_device(comm=None):
+    """Make this rank use GPU ``local rank mod device count`` (CuPy's current device); returns its id.
+
+    The local rank comes from splitting ``comm`` (default COMM_WORLD) by shared
+    memory, so the ranks of a node share its GPUs round-robin.  Collective:
+    every rank of ``comm`` must call it, also one without CuPy or a GPU, which
+    gets None and stays on the CPU.  Call it before the shards are moved to the
+    GPU (``cupy.asarray``): the solvers compute on the device holding the data.
+    """
+    if comm is None:
+        from mpi4py import MPI
+        comm = MPI.COMM_WORLD
+    rank = local_rank(comm)  # the collective part first, whatever happens below
+    count = device_count()
+    if count == 0:
+        return None
+    device = rank % count
+    _cupy().cuda.Device(device).use()
+    return device
+
+
+def device_of(array):
+    """A context manager making ``array``'s GPU the current device (a no-op for a numpy array)."""
+    if not hasattr(array, "__cuda_array_interface__"):
+        import contextlib
+        return contextlib.nullcontext()
+    return array.device
 
 
 def cholesky(xp, matrix):

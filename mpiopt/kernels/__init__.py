@@ -8,6 +8,11 @@ numpy arrays run the numpy twin, CuPy arrays the CUDA kernel compiled on first
 use (:func:`.loader.raw_module`).  Nothing above this package calls CuPy
 kernels directly.
 """
+from .admm import relax, soft_threshold, z_u_update
+from .compress import (from_bf16, from_fp16, qsgd_dequantize, qsgd_norms, qsgd_quantize, scatter_add, sign_pack,
+                       sign_unpack, to_bf16, to_fp16, topk_select)
 from .loader import cuda_source, cuda_sources, nvcc_ptx, raw_module
 
-__all__ = ["cuda_source", "cuda_sources", "nvcc_ptx", "raw_module"]
+__all__ = ["cuda_source", "cuda_sources", "nvcc_ptx", "raw_module", "relax", "soft_threshold", "z_u_update",
+           "from_bf16", "from_fp16", "qsgd_dequantize", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_pack",
+           "sign_unpack", "to_bf16", "to_fp16", "topk_select"]

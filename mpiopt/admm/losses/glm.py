@@ -5,12 +5,22 @@ solved iteratively, warm-started from the previous x_i and stopped at the
 gradient tolerance the engine passes (it tightens as ADMM converges, so early
 iterations are cheap and the last ones exact; Boyd et al. 2011, section 4.3):
 
-* ``lbfgs`` (default): scipy's L-BFGS-B; each iteration costs two products
-  with A_i, O(m_i n);
+* ``lbfgs`` (default): scipy's L-BFGS-B on numpy arrays; on CuPy arrays the
+  same method written with array operations only (:func:`array_lbfgs`: the
+  two-loop recursion with an Armijo backtracking search, everything on the
+  GPU but the scalars of the line search and the stopping test); each
+  iteration costs two products with A_i, O(m_i n);
 * ``newton``: damped Newton with an Armijo line search on the exact Hessian
-  A_i^T diag(phi'') A_i + rho I (O(m_i n^2) to form, then a Cholesky solve);
-  few iterations, best when n is small.
+  A_i^T diag(phi'') A_i + rho I: for a tall shard its Cholesky factor
+  (O(m_i n^2) to form, O(n^3) to factor), for a wide shard (m_i < n) the
+  matrix inversion lemma, which factors only the m_i x m_i matrix
+  rho I + D^(1/2) A_i A_i^T D^(1/2) (A_i A_i^T is formed once);
+  few iterations, best when n or m_i is small.
+
+Both run unchanged on numpy or CuPy arrays (Cholesky through cuSOLVER on the GPU).
 """
+import math
+
 import numpy as np
 from mpi4py import MPI
 
@@ -33,6 +43,7 @@ class GLMLossShard(LossShard):
         self.targets = targets
         self.x_solver = x_solver
         self._x = xp.zeros(self.n)
+        self._outer = None  # A_aug A_aug^T of a wide shard, for Newton's matrix-inversion-lemma step
         self.inner_iterations = 0
 
     # phi(margin, target) summed, and its first and second derivatives in the margin.
@@ -61,6 +72,27 @@ class GLMLossShard(LossShard):
         value = float(total) + 0.5 * self.rho * float(difference @ difference)
         return value, self.design.rmatvec(first) + self.rho * difference
 
+    def newton_direction(self, x, gradient):
+        """H^{-1} gradient with H = A^T diag(phi''(A x)) A + rho I, the x-step's Hessian at x.
+
+        Tall shard: the Cholesky factor of H (n x n).  Wide shard (rows < n): with
+        B = D^(1/2) A, H^{-1} = (I - B^T (rho I + B B^T)^{-1} B) / rho (matrix inversion
+        lemma), so only the rows x rows matrix rho I + D^(1/2) (A A^T) D^(1/2) is factored.
+        """
+        xp, design = self.xp, self.design
+        _, _, second = self.terms(design.matvec(x))
+        if self.rows >= self.n:
+            hessian = design.gram(weights=second)
+            hessian[xp.diag_indices_from(hessian)] += self.rho
+            return backend.cholesky_solve(xp, backend.cholesky(xp, hessian), gradient)
+        if self._outer is None:
+            self._outer = design.outer_gram()
+        scale = xp.sqrt(second)
+        inner = self._outer * scale[:, None] * scale[None, :]
+        inner[xp.diag_indices_from(inner)] += self.rho
+        solved = backend.cholesky_solve(xp, backend.cholesky(xp, inner), scale * design.matvec(gradient))
+        return (gradient - design.rmatvec(scale * solved)) / self.rho
+
     def state(self):
         return {"x": self._x}
 
@@ -73,7 +105,10 @@ class GLMLossShard(LossShard):
 
 @register("x_solver", "lbfgs")
 def lbfgs_x_step(shard, v, x, tolerance):
-    """scipy's L-BFGS-B on the x-step's objective from the warm start x, to gradient norm ``tolerance``."""
+    """L-BFGS on the x-step's objective from the warm start x, to gradient norm ``tolerance``: scipy's
+    L-BFGS-B for numpy arrays, :func:`array_lbfgs` for CuPy arrays (scipy works on the host only)."""
+    if not backend.is_numpy(shard.xp):
+        return array_lbfgs(shard, v, x, tolerance)
     import scipy.optimize
     result = scipy.optimize.minimize(shard._subproblem, x, args=(v,), jac=True, method="L-BFGS-B",
                                      options={"gtol": tolerance, "ftol": 0.0, "maxiter": 10000, "maxcor": 20})
@@ -81,18 +116,97 @@ def lbfgs_x_step(shard, v, x, tolerance):
     return result.x
 
 
+def _two_loop(gradient, pairs, gamma):
+    """H gradient for the L-BFGS inverse-Hessian estimate H of the (s, y, 1 / s^T y) ``pairs`` (oldest first)
+    over gamma I (Nocedal and Wright, algorithm 7.4); the scalars stay 0-d arrays, on the device."""
+    q = gradient.copy()
+    alphas = []
+    for s, y, inverse in reversed(pairs):
+        alpha = inverse * (s @ q)
+        q -= alpha * y
+        alphas.append(alpha)
+    r = gamma * q
+    for (s, y, inverse), alpha in zip(pairs, reversed(alphas)):
+        r += (alpha - inverse * (y @ r)) * s
+    return r
+
+
+def array_lbfgs(shard, v, x, tolerance, memory=20, max_iter=10000, stall=100):
+    """L-BFGS with array operations only (numpy or CuPy): the two-loop recursion over the last ``memory``
+    pairs and a backtracking search, from x to gradient max-norm ``tolerance`` (scipy's gtol).
+
+    A step is taken when it satisfies Armijo's condition on the values or, once
+    the values agree to rounding (within 1e-10 relative), its approximation from
+    the directional derivatives, exact for a quadratic (Hager and Zhang 2005):
+    near the answer the decrease is below the values' rounding but the
+    gradients still tell.  The x-step's objective is rho-strongly convex, so
+    every step's pair is kept (s^T y > 0).  A search that finds no step
+    restarts from the scaled gradient once and then stops, as does a run of
+    ``stall`` steps that do not lower the gradient's max-norm: rounding then
+    allows no further progress.
+    """
+    xp = shard.xp
+    initial = 1.0 / (shard.rho + shard.curvature())  # the first step's scale: 1 / (Hessian's mean diagonal)
+    value, gradient = shard._subproblem(x, v)
+    pairs = []
+    best, stalled = math.inf, 0
+    for _ in range(max_iter):
+        norm = float(xp.abs(gradient).max())
+        if norm <= tolerance:
+            break
+        best, stalled = (norm, 0) if norm < best else (best, stalled + 1)
+        if stalled > stall:
+            break
+        if pairs:
+            s, y, inverse = pairs[-1]
+            gamma = 1.0 / (inverse * (y @ y))  # s^T y / y^T y
+        else:
+            gamma = initial
+        direction = -_two_loop(gradient, pairs, gamma)
+        slope = float(gradient @ direction)
+        if not slope < 0:  # rounding spoilt the estimate: start it again
+            pairs.clear()
+            direction = -initial * gradient
+            slope = float(gradient @ direction)
+        scale, rounding = 1.0, 1e-10 * abs(value)
+        while True:
+            candidate = x + scale * direction
+            candidate_value, candidate_gradient = shard._subproblem(candidate, v)
+            if candidate_value <= value + 1e-4 * scale * slope:
+                break
+            if candidate_value <= value + rounding and \
+                    float(candidate_gradient @ direction) <= (2e-4 - 1.0) * slope:  # (1 - 2 c1) |slope|
+                break
+            scale *= 0.5
+            if scale < 1e-10:
+                candidate = None
+                break
+        if candidate is None:
+            if not pairs:
+                break
+            pairs.clear()
+            continue
+        step, change = candidate - x, candidate_gradient - gradient
+        curvature = float(step @ change)
+        if curvature > 0:
+            pairs.append((step, change, 1.0 / curvature))
+            if len(pairs) > memory:
+                pairs.pop(0)
+        x, value, gradient = candidate, candidate_value, candidate_gradient
+        shard.inner_iterations += 1
+    return x
+
+
 @register("x_solver", "newton")
 def newton_x_step(shard, v, x, tolerance, max_iter=100):
-    """Damped Newton with an Armijo line search on the exact Hessian A^T diag(phi'') A + rho I."""
+    """Damped Newton with an Armijo line search on the exact Hessian A^T diag(phi'') A + rho I
+    (``newton_direction``: Cholesky for a tall shard, the matrix inversion lemma for a wide one)."""
     xp = shard.xp
     value, gradient = shard._subproblem(x, v)
     for _ in range(max_iter):
         if float(xp.abs(gradient).max()) <= tolerance:
             break
-        _, _, second = shard.terms(shard.design.matvec(x))
-        hessian = shard.design.gram(weights=second)
-        hessian[xp.diag_indices_from(hessian)] += shard.rho
-        step = backend.cholesky_solve(xp, backend.cholesky(xp, hessian), gradient)
+        step = shard.newton_direction(x, gradient)
         decrease = float(gradient @ step)
         scale = 1.0
         while True:
@@ -160,12 +274,12 @@ class HuberLossShard(GLMLossShard):
     @classmethod
     def null_intercept(cls, targets, comm, options):
         """Bisection on the monotone derivative sum_j psi(c - b_j) over every rank's rows."""
-        delta = options["delta"]
+        delta, xp = options["delta"], backend.get_array_module(targets)
         low = comm.allreduce(float(targets.min()) if targets.size else np.inf, op=MPI.MIN)
         high = comm.allreduce(float(targets.max()) if targets.size else -np.inf, op=MPI.MAX)
         for _ in range(100):
             middle = 0.5 * (low + high)
-            slope = comm.allreduce(float(np.clip(middle - targets, -delta, delta).sum()))
+            slope = comm.allreduce(float(xp.clip(middle - targets, -delta, delta).sum()))
             low, high = (middle, high) if slope < 0 else (low, middle)
         return 0.5 * (low + high)
 

@@ -1,0 +1,401 @@
+#include "common.cuh"
+// Kernels of the gradient compressors: QSGD (8 and 4 bits, stochastic rounding from Philox4x32-10),
+// sign bit-packing, Top-K compaction and the scatter-add decode, fp16 and bf16 conversions.
+// The numpy twins are in mpiopt/kernels/compress.py and mpiopt/kernels/philox.py.
+//
+// Bitwise contract with the twins: every floating-point operation whose result is compared bit for bit
+// is written with an explicitly rounded intrinsic (mul_rn, add_rn, div_rn below: no FMA contraction), in
+// the order the numpy twin computes it.  The per-element logic is in MPIOPT_HD functions so that the
+// same text also compiles for the host (the tests build it with nvcc as a host library and compare it with
+// numpy on the CPU); the __global__ kernels are thin loops around them.
+//
+// Launch: one thread per element (or per group noted at each kernel), 1-D grid; n is a long long.
+
+#define MPIOPT_HD __host__ __device__ inline
+
+// ---- explicitly rounded arithmetic ------------------------------------------------------------
+MPIOPT_HD float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+MPIOPT_HD double mul_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+MPIOPT_HD float add_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+MPIOPT_HD double add_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+MPIOPT_HD float div_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+MPIOPT_HD double div_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __ddiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+MPIOPT_HD float floor_of(float a) { return floorf(a); }
+MPIOPT_HD double floor_of(double a) { return floor(a); }
+MPIOPT_HD double sqrt_rn(double a) {
+#ifdef __CUDA_ARCH__
+    return __dsqrt_rn(a);
+#else
+    return sqrt(a);
+#endif
+}
+MPIOPT_HD float to_float_rn(double a) {
+#ifdef __CUDA_ARCH__
+    return __double2float_rn(a);
+#else
+    return (float)a;
+#endif
+}
+
+// ---- Philox4x32-10 (Salmon, Moraes, Dror and Shaw 2011; Random123's philox4x32_R(10, ...)) --------
+MPIOPT_HD void philox4x32_10(u32 c[4], u32 k0, u32 k1) {
+    for (int round = 0; round < 10; ++round) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        u64 p0 = (u64)0xD2511F53u * (u64)c[0];
+        u64 p1 = (u64)0xCD9E8D57u * (u64)c[2];
+        u32 next0 = (u32)(p1 >> 32) ^ c[1] ^ k0;
+        u32 next2 = (u32)(p0 >> 32) ^ c[3] ^ k1;
+        c[0] = next0;
+        c[1] = (u32)p1;
+        c[2] = next2;
+        c[3] = (u32)p0;
+    }
+}
+
+// The four words for elements 4 block .. 4 block + 3 of the stream (key, step): counter
+// (block low, block high, step low, step high).
+MPIOPT_HD void philox_block(u64 block, u64 step, u32 k0, u32 k1, u32 words[4]) {
+    words[0] = (u32)block;
+    words[1] = (u32)(block >> 32);
+    words[2] = (u32)step;
+    words[3] = (u32)(step >> 32);
+    philox4x32_10(words, k0, k1);
+}
+
+// A word as a uniform number in [0, 1): (word >> 8) 2^-24, exact in float32 and float64.
+MPIOPT_HD float unit_float(u32 word) { return (float)(word >> 8) * 5.9604644775390625e-08f; }
+MPIOPT_HD double unit_double(u32 word) { return (double)(word >> 8) * 5.9604644775390625e-08; }
+MPIOPT_HD float unit_of(u32 word, float) { return unit_float(word); }
+MPIOPT_HD double unit_of(u32 word, double) { return unit_double(word); }
+
+// Raw Philox blocks: counters[4 i .. 4 i + 3] -> out[4 i .. 4 i + 3]; one thread per block.
+extern "C" __global__ void philox4x32_10_blocks(const u32* counters, u32 k0, u32 k1, u32* out, long long blocks) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < blocks) {
+        u32 c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};
+        philox4x32_10(c, k0, k1);
+        for (int j = 0; j < 4; ++j) out[4 * i + j] = c[j];
+    }
+}
+
+// Uniform numbers u_0 .. u_{n-1} of the stream (key, step); one thread per block of four.
+template <typename T>
+__device__ void philox_uniform(u32 k0, u32 k1, u64 step, T* out, long long n) {
+    long long block = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * block < n) {
+        u32 words[4];
+        philox_block((u64)block, step, k0, k1, words);
+        for (int lane = 0; lane < 4 && 4 * block + lane < n; ++lane) out[4 * block + lane] = unit_of(words[lane], T());
+    }
+}
+extern "C" __global__ void philox_uniform_f32(u32 k0, u32 k1, u64 step, float* out, long long n) {
+    philox_uniform<float>(k0, k1, step, out, n);
+}
+extern "C" __global__ void philox_uniform_f64(u32 k0, u32 k1, u64 step, double* out, long long n) {
+    philox_uniform<double>(k0, k1, step, out, n);
+}
+
+// ---- QSGD ------------------------------------------------------------------------------------------
+// Bucket b holds elements [b bucket, min(n, (b + 1) bucket)).  Norms are float32, rounded up by margin:
+//   l2:  float32(sqrt(total) margin) in float64, where element t of the bucket adds x_t x_t to lane t % 16
+//        (each lane a float64 sum in element order) and total = ((lane 0 + lane 1) + lane 2) + ... + lane 15;
+//   max: float32(max_t |x_t| margin) in float64 (NaN propagates).
+#define QSGD_LANES 16
+template <typename T>
+MPIOPT_HD float qsgd_norm_of_bucket(const T* x, long long n, long long bucket, long long b, int use_max,
+                                    double margin) {
+    long long start = b * bucket, stop = start + bucket < n ? start + bucket : n;
+    double total = 0.0;
+    if (use_max) {
+        for (long long i = start; i < stop; ++i) {
+            double v = (double)x[i];
+            double a = v < 0.0 ? -v : v;
+            if (a > total || a != a) total = a;
+            if (total != total) break;
+        }
+        return to_float_rn(mul_rn(total, margin));
+    }
+    double lane[QSGD_LANES];
+    for (int j = 0; j < QSGD_LANES; ++j) lane[j] = 0.0;
+    for (long long t = start; t < stop; t += QSGD_LANES) {
+#pragma unroll
+        for (int j = 0; j < QSGD_LANES; ++j) {
+            if (t + j < stop) {
+                double v = (double)x[t + j];
+                lane[j] = add_rn(lane[j], mul_rn(v, v));
+            }
+        }
+    }
+    total = lane[0];
+    for (int j = 1; j < QSGD_LANES; ++j) total = add_rn(total, lane[j]);
+    return to_float_rn(mul_rn(sqrt_rn(total), margin));
+}
+
+// The level of one element: scale = levels / norm (0 where norm <= 0), y = x scale + u, clipped floor(y).
+template <typename T>
+MPIOPT_HD int qsgd_level(T x, float norm, int levels, T u) {
+    T scale = norm > 0.0f ? div_rn((T)levels, (T)norm) : (T)0;
+    T y = floor_of(add_rn(mul_rn(x, scale), u));
+    T bound = (T)levels;
+    if (y > bound) y = bound;
+    if (y < -bound) y = -bound;
+    return (int)y;
+}
+
+// Quantize elements 4 g .. 4 g + 3 (one Philox block) into `stored`: int8 levels (bits 8) or two signed
+// nibbles per byte (bits 4: element 2 j in the low nibble of byte j, a missing last element is 0).
+template <typename T>
+MPIOPT_HD void qsgd_quantize_group(const T* x, const float* norms, long long n, long long bucket, int bits,
+                                   int levels, u32 k0, u32 k1, u64 step, long long g, unsigned char* stored) {
+    u32 words[4];
+    philox_block((u64)g, step, k0, k1, words);
+    int level[4] = {0, 0, 0, 0};
+    for (int lane = 0; lane < 4; ++lane) {
+        long long i = 4 * g + lane;
+        if (i < n) level[lane] = qsgd_level(x[i], norms[i / bucket], levels, unit_of(words[lane], T()));
+    }
+    for (int lane = 0; lane < 4; ++lane) {
+        long long i = 4 * g + lane;
+        if (bits == 8) {
+            if (i < n) stored[i] = (unsigned char)(signed char)level[lane];
+        } else if (lane % 2 == 0 && i < n) {
+            stored[i / 2] = (unsigned char)((level[lane] & 0x0F) | ((level[lane + 1] & 0x0F) << 4));
+        }
+    }
+}
+
+template <typename T>
+MPIOPT_HD T qsgd_decoded(const unsigned char* stored, const float* norms, long long bucket, int bits, int levels,
+                         long long i) {
+    int level;
+    if (bits == 8) {
+        level = (signed char)stored[i];
+    } else {
+        int nibble = (stored[i / 2] >> (4 * (int)(i % 2))) & 0x0F;
+        level = nibble >= 8 ? nibble - 16 : nibble;
+    }
+    T step = (T)div_rn(norms[i / bucket], (float)levels);
+    return mul_rn((T)level, step);
+}
+
+// One thread per bucket.
+template <typename T>
+__device__ void qsgd_norms(const T* x, long long n, long long bucket, int use_max, double margin, float* norms) {
+    long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b * bucket < n) norms[b] = qsgd_norm_of_bucket(x, n, bucket, b, use_max, margin);
+}
+extern "C" __global__ void qsgd_norms_f32(const float* x, long long n, long long bucket, int use_max, double margin,
+                                          float* norms) {
+    qsgd_norms<float>(x, n, bucket, use_max, margin, norms);
+}
+extern "C" __global__ void qsgd_norms_f64(const double* x, long long n, long long bucket, int use_max,
+                                          double margin, float* norms) {
+    qsgd_norms<double>(x, n, bucket, use_max, margin, norms);
+}
+
+// One thread per group of four elements.
+template <typename T>
+__device__ void qsgd_quantize(const T* x, const float* norms, long long n, long long bucket, int bits, int levels,
+                              u32 k0, u32 k1, u64 step, unsigned char* stored) {
+    long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * g < n) qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);
+}
+extern "C" __global__ void qsgd_quantize_f32(const float* x, const float* norms, long long n, long long bucket,
+                                             int bits, int levels, u32 k0, u32 k1, u64 step, unsigned char* stored) {
+    qsgd_quantize<float>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
+}
+extern "C" __global__ void qsgd_quantize_f64(const double* x, const float* norms, long long n, long long bucket,
+                                             int bits, int levels, u32 k0, u32 k1, u64 step, unsigned char* stored) {
+    qsgd_quantize<double>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
+}
+
+// One thread per element.
+template <typename T>
+__device__ void qsgd_dequantize(const unsigned char* stored, const float* norms, long long n, long long bucket,
+                                int bits, int levels, T* out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = qsgd_decoded<T>(stored, norms, bucket, bits, levels, i);
+}
+extern "C" __global__ void qsgd_dequantize_f32(const unsigned char* stored, const float* norms, long long n,
+                                               long long bucket, int bits, int levels, float* out) {
+    qsgd_dequantize<float>(stored, norms, n, bucket, bits, levels, out);
+}
+extern "C" __global__ void qsgd_dequantize_f64(const unsigned char* stored, const float* norms, long long n,
+                                               long long bucket, int bits, int levels, double* out) {
+    qsgd_dequantize<double>(stored, norms, n, bucket, bits, levels, out);
+}
+
+// ---- sign: bit 7 - (i % 8) of byte i / 8 is 1 where x_i >= 0 (np.packbits order) -------------------
+template <typename T>
+MPIOPT_HD unsigned char sign_byte(const T* x, long long n, long long j) {
+    unsigned int byte = 0;
+    for (int t = 0; t < 8; ++t) {
+        long long i = 8 * j + t;
+        if (i < n && x[i] >= (T)0) byte |= 1u << (7 - t);
+    }
+    return (unsigned char)byte;
+}
+template <typename T>
+MPIOPT_HD T sign_value(const unsigned char* bits, T magnitude, long long i) {
+    return ((bits[i / 8] >> (7 - (int)(i % 8))) & 1) ? magnitude : -magnitude;
+}
+
+// One thread per byte.
+extern "C" __global__ void sign_pack_f32(const float* x, long long n, unsigned char* bits) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (8 * j < n) bits[j] = sign_byte(x, n, j);
+}
+extern "C" __global__ void sign_pack_f64(const double* x, long long n, unsigned char* bits) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (8 * j < n) bits[j] = sign_byte(x, n, j);
+}
+// One thread per element; the scale is read on the device (scale[0], float32).
+extern "C" __global__ void sign_unpack_f32(const unsigned char* bits, const float* scale, long long n, float* out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = sign_value(bits, scale[0], i);
+}
+extern "C" __global__ void sign_unpack_f64(const unsigned char* bits, const float* scale, long long n, double* out) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = sign_value(bits, (double)scale[0], i);
+}
+
+// ---- Top-K -------------------------------------------------------------------------------------------
+// Compaction of the selected elements: where take[i], position pos[i] - 1 (pos: inclusive prefix sum of
+// take) gets the value and the index.  One thread per element.
+template <typename T>
+MPIOPT_HD void topk_compact_one(const T* x, const bool* take, const long long* pos, T* values, int* indices,
+                                long long i) {
+    if (take[i]) {
+        long long p = pos[i] - 1;
+        values[p] = x[i];
+        indices[p] = (int)i;
+    }
+}
+template <typename T>
+__device__ void topk_compact(const T* x, const bool* take, const long long* pos, long long n, T* values,
+                             int* indices) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) topk_compact_one(x, take, pos, values, indices, i);
+}
+extern "C" __global__ void topk_compact_f32(const float* x, const bool* take, const long long* pos, long long n,
+                                            float* values, int* indices) {
+    topk_compact<float>(x, take, pos, n, values, indices);
+}
+extern "C" __global__ void topk_compact_f64(const double* x, const bool* take, const long long* pos, long long n,
+                                            double* values, int* indices) {
+    topk_compact<double>(x, take, pos, n, values, indices);
+}
+
+// out[indices[j]] += values[j] (atomic: repeated indices add up, in no fixed order).  One thread per entry.
+extern "C" __global__ void scatter_add_f32(float* out, const int* indices, const float* values, long long k) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < k) atomicAdd(out + indices[j], values[j]);
+}
+extern "C" __global__ void scatter_add_f64(double* out, const int* indices, const double* values, long long k) {
+    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < k) atomicAdd(out + indices[j], values[j]);
+}
+
+// ---- fp16: IEEE half, round to nearest even (the hardware conversion) -----------------------------
+__device__ inline unsigned short half_bits(float v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+__device__ inline unsigned short half_bits(double v) {
+    unsigned short h;
+    asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(v));
+    return h;
+}
+__device__ inline float half_to_float(unsigned short h) {
+    float v;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
+    return v;
+}
+extern "C" __global__ void to_fp16_f32(const float* x, unsigned short* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_bits(x[i]);
+}
+extern "C" __global__ void to_fp16_f64(const double* x, unsigned short* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_bits(x[i]);
+}
+extern "C" __global__ void from_fp16_f32(const unsigned short* h, float* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = half_to_float(h[i]);
+}
+extern "C" __global__ void from_fp16_f64(const unsigned short* h, double* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (double)half_to_float(h[i]);
+}
+
+// ---- bf16: the upper half of the float32 bits, rounded to nearest even; NaN -> quiet NaN, sign kept ----
+MPIOPT_HD unsigned short bf16_of_bits(u32 bits) {
+    if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)(0x7FC0u | ((bits >> 16) & 0x8000u));
+    return (unsigned short)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+MPIOPT_HD u32 float_bits(float v) {
+    union { float f; u32 u; } pun;
+    pun.f = v;
+    return pun.u;
+}
+MPIOPT_HD float bits_float(u32 u) {
+    union { float f; u32 u; } pun;
+    pun.u = u;
+    return pun.f;
+}
+extern "C" __global__ void to_bf16_f32(const float* x, unsigned short* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = bf16_of_bits(float_bits(x[i]));
+}
+extern "C" __global__ void to_bf16_f64(const double* x, unsigned short* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = bf16_of_bits(float_bits(to_float_rn(x[i])));
+}
+extern "C" __global__ void from_bf16_f32(const unsigned short* b, float* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = bits_float((u32)b[i] << 16);
+}
+extern "C" __global__ void from_bf16_f64(const unsigned short* b, double* out, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = (double)bits_float((u32)b[i] << 16);
+}

@@ -1,0 +1,463 @@
+"""The compressors' kernels: numpy twins and CUDA kernels (``kernels/compress.cu``) of the same semantics.
+
+Every function dispatches on its array arguments: numpy arrays run the numpy
+twin, CuPy arrays the CUDA kernel (compiled on first use), and the results
+stay in the input's module.  Where the docs say *bitwise*, the two backends
+compute the same float32/float64 operations in the same order (the CUDA code
+with explicitly rounded intrinsics, no FMA contraction), so their results are
+equal bit for bit; reductions whose order differs (the sign compressor's scale,
+scatter-add with repeated indices) agree to floating-point tolerance.
+
+=====================  ============================================================  ========
+function               what                                                          twins
+=====================  ============================================================  ========
+``qsgd_norms``         float32 norm per bucket (l2: float64 sums in 16 interleaved    bitwise
+                       lanes, a fixed order; max), times ``NORM_MARGIN``
+``qsgd_quantize``      levels ``clip(floor(x s / N + u), -s, s)``, u from Philox;     bitwise
+                       int8, or two signed nibbles per byte (4 bits)
+``qsgd_dequantize``    ``level * (N / s)``                                           bitwise
+``sign_pack``          bits of ``x >= 0``, eight per byte, first element high;       bitwise bits
+                       scale l1 ``||x||_1 / n`` or l2 ``||x||_2 / sqrt(n)``           scale ~
+``sign_unpack``        ``+scale`` where the bit is 1, ``-scale`` where 0             bitwise
+``topk_select``        the k largest ``|x_i|``, ties to the lower index; ascending    bitwise
+                       int32 indices and their values
+``scatter_add``        ``out[indices] += values`` (repeated indices add up)           bitwise if unique
+``to_fp16``            IEEE half, round to nearest even; +-inf beyond 65504          bitwise (not NaN payloads)
+``from_fp16``          exact widening                                                bitwise
+``to_bf16``            ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``; NaN -> 0x7FC0  bitwise
+                       with the sign; float64 first rounded to float32
+``from_bf16``          ``bits << 16`` as float32 (exact)                             bitwise
+``uniform``            the Philox stream as uniform numbers                          bitwise
+=====================  ============================================================  ========
+
+**QSGD's noise.** Element i of a buffer takes u_i = ``(w >> 8) 2^-24`` with w
+word ``i % 4`` of Philox4x32-10 at counter ``(i // 4, step)`` (two words each)
+and key :func:`~mpiopt.kernels.philox.philox_key` ``(seed, *stream_key)``
+(see :mod:`.philox`): any element is computed on its own, in any order, on
+either backend, and the payload depends only on the data, the seed, the
+stream key and the step.
+"""
+import functools
+
+import numpy as np
+
+from ..core.backend import get_array_module
+from .loader import raw_module
+from .philox import add_uniform, philox4x32, philox_key, philox_uniform
+
+NORM_MARGIN = 1.0 + 2.0 ** -20  # norms are stored rounded up by this factor (|y| < s despite the roundings)
+NORMS = ("l2", "max")
+SIGN_SCALES = ("l1", "l2")
+THREADS = 256
+CHUNK = 1 << 18  # elements per vectorized pass of the numpy norms (their float64 temporaries stay in cache)
+LANES = 16  # interleaved partial sums of the l2 norms (the same in compress.cu)
+
+__all__ = ["NORM_MARGIN", "from_bf16", "from_fp16", "pack_nibbles", "philox_blocks", "qsgd_dequantize",
+           "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_pack", "sign_unpack", "to_bf16", "to_fp16",
+           "topk_select", "uniform", "unpack_nibbles"]
+
+
+# -- CuPy plumbing ---------------------------------------------------------------------------------------
+@functools.cache
+def _function(name):
+    return raw_module("compress").get_function(name)
+
+
+def _launch(name, count, *args):
+    """Run kernel ``name`` with one thread per item of ``count`` (nothing when count is 0)."""
+    if count > 0:
+        _function(name)(((count + THREADS - 1) // THREADS,), (THREADS,), args)
+
+
+def _suffix(dtype):
+    dtype = np.dtype(dtype)
+    if dtype == np.float32:
+        return "f32"
+    if dtype == np.float64:
+        return "f64"
+    raise TypeError(f"the CUDA kernels take float32 or float64 arrays, got {dtype}")
+
+
+def _flat(xp, x):
+    return xp.ascontiguousarray(x).reshape(-1)
+
+
+def _check_float(x):
+    if x.dtype not in (np.float32, np.float64):
+        raise TypeError(f"expected float32 or float64 values, got {x.dtype}")
+
+
+def _new_output(xp, out, n, dtype):
+    """(the array to return, its flat view): ``out`` as given, or a new array of ``dtype``."""
+    if out is None:
+        out = xp.empty(n, dtype=dtype)
+    if out.size != n or not out.flags.c_contiguous:
+        raise ValueError(f"out must be a C-contiguous array of {n} elements, got {out.size}")
+    return out, out.reshape(-1)
+
+
+# -- Philox -------------------------------------------------------------------------------------------------
+def philox_blocks(counters, key):
+    """Philox4x32-10 of each row of ``counters`` (m x 4 uint32) under ``key`` (two ints): m x 4 uint32."""
+    xp = get_array_module(counters)
+    counters = xp.ascontiguousarray(counters, dtype=xp.uint32).reshape(-1, 4)
+    if xp is np:
+        return np.stack(philox4x32(counters.T, key), axis=1)
+    out = xp.empty(counters.shape, dtype=xp.uint32)
+    _launch("philox4x32_10_blocks", counters.shape[0], counters, np.uint32(key[0]), np.uint32(key[1]), out,
+            np.int64(counters.shape[0]))
+    return out
+
+
+def uniform(key, step, count, dtype=np.float32, xp=np):
+    """Uniform numbers u_0 .. u_{count-1} in [0, 1) of the stream (key, step), in ``xp`` (see the docstring)."""
+    if xp is np:
+        return philox_uniform(key, step, count, dtype)
+    out = xp.empty(count, dtype=dtype)
+    _launch(f"philox_uniform_{_suffix(dtype)}", -(-count // 4), np.uint32(key[0]), np.uint32(key[1]),
+            np.uint64(step), out, np.int64(count))
+    return out
+
+
+# -- QSGD ---------------------------------------------------------------------------------------------------
+def per_bucket(ufunc, flat, per_bucket_values, bucket_size, out):
+    """``out = ufunc(flat, value of its bucket)`` for every element, without Python loops over elements."""
+    full = flat.size // bucket_size * bucket_size
+    buckets = full // bucket_size
+    ufunc(flat[:full].reshape(buckets, bucket_size), per_bucket_values[:buckets, None],
+          out=out[:full].reshape(buckets, bucket_size))
+    if full < flat.size:
+        ufunc(flat[full:], per_bucket_values[buckets], out=out[full:])
+    return out
+
+
+def pack_nibbles(levels):
+    """Signed 4-bit levels (int8 in [-8, 7]), two per byte: element 2j low, 2j + 1 high (numpy)."""
+    packed = np.bitwise_and(levels[0::2].view(np.uint8), np.uint8(0x0F))
+    packed[:levels.size // 2] |= levels[1::2].view(np.uint8) << 4
+    return packed
+
+
+def unpack_nibbles(packed, count):
+    """The int8 levels of :func:`pack_nibbles` (sign-extended by arithmetic shifts; numpy)."""
+    levels = np.empty(2 * packed.size, dtype=np.int8)
+    levels[0::2] = (packed << 4).view(np.int8) >> 4
+    levels[1::2] = packed.view(np.int8) >> 4
+    return levels[:count]
+
+
+def _check_qsgd(bits, bucket_size, norm=None):
+    if bits not in (4, 8):
+        raise ValueError(f"bits must be 8 or 4, got {bits!r}")
+    if int(bucket_size) < 1:
+        raise ValueError(f"bucket_size must be >= 1, got {bucket_size!r}")
+    if norm is not None and norm not in NORMS:
+        raise ValueError(f"norm must be one of {', '.join(NORMS)}, got {norm!r}")
+    return 2 ** (bits - 1) - 1
+
+
+def _bucket_accumulators(rows, use_max):
+    """Per row: max |x| (float64), or the sum of squares in float64 in LANES interleaved lanes (element t
+    adds to lane t % LANES in element order; then the lanes are added in order; see :func:`qsgd_norms`)."""
+    buckets, size = rows.shape
+    if use_max:
+        wide = rows.astype(np.float64)
+        np.abs(wide, out=wide)
+        return wide.max(axis=1)
+    groups = -(-size // LANES)
+    wide = np.zeros((buckets, groups * LANES)) if size % LANES else np.empty((buckets, size))
+    wide[:, :size] = rows  # the padding adds +0.0: exact
+    wide *= wide
+    wide = wide.reshape(buckets, groups, LANES)
+    if groups <= 256:
+        lanes = wide[:, 0, :].copy()
+        for group in range(1, groups):
+            lanes += wide[:, group, :]
+    else:  # a cumulative sum is sequential too
+        lanes = np.cumsum(wide, axis=1, out=wide)[:, -1, :]
+    total = lanes[:, 0].copy()
+    for lane in range(1, LANES):
+        total += lanes[:, lane]
+    return total
+
+
+def qsgd_norms(x, bucket_size=512, norm="l2"):
+    """The float32 norm of each bucket of ``bucket_size`` elements of ``x`` (the last may be shorter),
+    rounded up by ``NORM_MARGIN``: ``norm="max"``: ``float32(max |x_t| * margin)``; ``"l2"``:
+    ``float32(sqrt(total) * margin)``, computed in float64 in an order both backends follow: element t of
+    the bucket adds x_t^2 to lane t % 16, each lane in element order, then
+    ``total = ((lane_0 + lane_1) + lane_2) + ... + lane_15``."""
+    _check_qsgd(8, bucket_size, norm)
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    _check_float(flat)
+    n, bucket_size = flat.size, int(bucket_size)
+    buckets = -(-n // bucket_size)
+    use_max = norm == "max"
+    if xp is not np:
+        norms = xp.empty(buckets, dtype=xp.float32)
+        _launch(f"qsgd_norms_{_suffix(flat.dtype)}", buckets, flat, np.int64(n), np.int64(bucket_size),
+                np.int32(use_max), np.float64(NORM_MARGIN), norms)
+        return norms
+    acc = np.empty(buckets, dtype=np.float64)
+    full = n // bucket_size
+    rows_per_pass = max(1, CHUNK // bucket_size)
+    for first in range(0, full, rows_per_pass):
+        last = min(full, first + rows_per_pass)
+        acc[first:last] = _bucket_accumulators(
+            flat[first * bucket_size:last * bucket_size].reshape(last - first, bucket_size), use_max)
+    if full < buckets:
+        acc[full] = _bucket_accumulators(flat[full * bucket_size:].reshape(1, -1), use_max)[0]
+    if not use_max:
+        np.sqrt(acc, out=acc)
+    acc *= NORM_MARGIN
+    with np.errstate(over="ignore"):
+        return acc.astype(np.float32)
+
+
+def qsgd_quantize(x, bits=8, bucket_size=512, norm="l2", seed=0, stream_key=(), step=0, norms=None):
+    """QSGD's payload of ``x``: (float32 norms per bucket, levels).
+
+    With s = 2^(bits-1) - 1 and N the bucket's norm (``norms`` when given, else
+    :func:`qsgd_norms`), in the input's precision, step by step::
+
+        scale = s / N (0 where N <= 0);  y = x * scale;  y = y + u;  level = clip(floor(y), -s, s)
+
+    u from the Philox stream of ``philox_key(seed, *stream_key)`` at ``step``
+    (see the module docstring).  Levels: int8 (8 bits), or uint8 holding two
+    signed nibbles, element 2j in the low one (4 bits; ceil(n/2) bytes).
+    """
+    levels = _check_qsgd(bits, bucket_size, norm)
+    if isinstance(stream_key, (str, int, np.integer)):
+        stream_key = (stream_key,)
+    key = philox_key(seed, *stream_key)
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    _check_float(flat)
+    n, bucket_size = flat.size, int(bucket_size)
+    if norms is None:
+        norms = qsgd_norms(flat, bucket_size, norm)
+    if xp is not np:
+        stored = xp.empty(n if bits == 8 else -(-n // 2), dtype=xp.int8 if bits == 8 else xp.uint8)
+        _launch(f"qsgd_quantize_{_suffix(flat.dtype)}", -(-n // 4), flat, norms, np.int64(n), np.int64(bucket_size),
+                np.int32(bits), np.int32(levels), np.uint32(key[0]), np.uint32(key[1]), np.uint64(step), stored)
+        return norms, stored
+    dtype = flat.dtype
+    scale = np.zeros(norms.size, dtype=dtype)
+    np.divide(dtype.type(levels), norms.astype(dtype), out=scale, where=norms > 0)
+    y = per_bucket(np.multiply, flat, scale, bucket_size, np.empty(n, dtype=dtype))
+    add_uniform(y, key, step)  # y + u, rounded once
+    np.floor(y, out=y)
+    np.clip(y, -levels, levels, out=y)  # acts only where the margin did not cover a norm's rounding
+    stored = y.astype(np.int8)
+    return norms, (stored if bits == 8 else pack_nibbles(stored))
+
+
+def qsgd_dequantize(norms, stored, n, bits=8, bucket_size=512, out=None, dtype=np.float32):
+    """The decoded values ``level * float(N / s)`` (the division in float32, then the product in the
+    output's precision) of a :func:`qsgd_quantize` payload, into ``out`` (n elements) or a new array."""
+    levels = _check_qsgd(bits, bucket_size)
+    xp = get_array_module(norms, stored, out)
+    out, flat_out = _new_output(xp, out, n, dtype)
+    if xp is not np:
+        if flat_out.dtype in (np.float32, np.float64):
+            _launch(f"qsgd_dequantize_{_suffix(flat_out.dtype)}", n, stored, norms, np.int64(n),
+                    np.int64(bucket_size), np.int32(bits), np.int32(levels), flat_out)
+        else:
+            xp.copyto(flat_out, qsgd_dequantize(norms, stored, n, bits, bucket_size))
+        return out
+    decoded_levels = stored.view(np.int8)[:n] if bits == 8 else unpack_nibbles(stored, n)
+    step = (norms / np.float32(levels)).astype(flat_out.dtype)
+    per_bucket(np.multiply, decoded_levels, step, int(bucket_size), flat_out)
+    return out
+
+
+# -- sign ---------------------------------------------------------------------------------------------------
+def sign_scale(x, scale="l1"):
+    """The sign compressor's scale as a float32 array of one element: ``||x||_1 / n`` (the sum in float64) or
+    ``||x||_2 / sqrt(n)``; 0 for an empty ``x``."""
+    if scale not in SIGN_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SIGN_SCALES)}, got {scale!r}")
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    n = flat.size
+    if not n:
+        return xp.zeros(1, dtype=xp.float32)
+    if xp is np:
+        if scale == "l1":
+            magnitude = float(np.abs(flat).sum(dtype=np.float64)) / n
+        else:
+            magnitude = float(np.sqrt(np.dot(flat, flat))) / np.sqrt(n)
+        return np.array([magnitude], dtype=np.float32)
+    if scale == "l1":
+        magnitude = xp.abs(flat).sum(dtype=xp.float64) / n
+    else:
+        magnitude = xp.sqrt(xp.dot(flat, flat)).astype(xp.float64) / float(np.sqrt(n))
+    return magnitude.astype(xp.float32).reshape(1)
+
+
+def sign_pack(x, scale="l1"):
+    """(the bits of ``x >= 0`` packed eight per byte, first element in the high bit, as ``np.packbits``;
+    the scale, a float32 array of one element, see :func:`sign_scale`)."""
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    _check_float(flat)
+    magnitude = sign_scale(flat, scale)
+    if xp is np:
+        return np.packbits(flat >= 0), magnitude
+    n = flat.size
+    bits = xp.empty(-(-n // 8), dtype=xp.uint8)
+    _launch(f"sign_pack_{_suffix(flat.dtype)}", bits.size, flat, np.int64(n), bits)
+    return bits, magnitude
+
+
+def sign_unpack(bits, scale, n, out=None, dtype=np.float32):
+    """``+scale[0]`` where the bit is 1 and ``-scale[0]`` where it is 0 (the scale cast to the output's
+    dtype), for n elements, into ``out`` or a new array.  ``scale`` stays where it is (no host copy on a GPU)."""
+    xp = get_array_module(bits, scale, out)
+    out, flat_out = _new_output(xp, out, n, dtype)
+    if xp is not np:
+        if flat_out.dtype in (np.float32, np.float64):
+            _launch(f"sign_unpack_{_suffix(flat_out.dtype)}", n, bits, xp.ascontiguousarray(scale, xp.float32),
+                    np.int64(n), flat_out)
+        else:
+            xp.copyto(flat_out, sign_unpack(bits, scale, n))
+        return out
+    magnitude = flat_out.dtype.type(scale[0])
+    table = np.array([-magnitude, magnitude], dtype=flat_out.dtype)
+    np.take(table, np.unpackbits(bits, count=n), out=flat_out)
+    return out
+
+
+# -- Top-K and scatter-add ----------------------------------------------------------------------------------------
+def _magnitude_keys(flat):
+    """|x| as unsigned integers (the bits without the sign): ordered as the magnitudes, NaN above inf."""
+    if flat.dtype == np.float32:
+        return flat.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    return flat.view(np.uint64) & np.uint64(0x7FFFFFFFFFFFFFFF)
+
+
+def topk_select(x, k):
+    """(values, int32 indices) of the k entries of largest magnitude, indices ascending.
+
+    Magnitudes compare as the bits of |x| (so NaN ranks above inf and -0 ties
+    +0); ties at the k-th magnitude go to the lower indices, so the selection
+    is a function of x alone, the same on both backends."""
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    _check_float(flat)
+    n, k = flat.size, int(k)
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be in [0, {n}], got {k}")
+    if n > np.iinfo(np.int32).max:
+        raise ValueError(f"int32 indices address at most {np.iinfo(np.int32).max} elements, got {n}")
+    if k == n:
+        indices = xp.arange(n, dtype=xp.int32)
+        return flat.copy(), indices
+    if k == 0:
+        return xp.empty(0, dtype=flat.dtype), xp.empty(0, dtype=xp.int32)
+    keys = _magnitude_keys(flat)
+    if xp is np:
+        threshold = np.partition(keys, n - k)[n - k]
+        take = keys > threshold
+        ties = np.flatnonzero(keys == threshold)[:k - np.count_nonzero(take)]
+        take[ties] = True
+        indices = np.flatnonzero(take).astype(np.int32)
+        return flat[indices], indices
+    threshold = xp.sort(keys)[n - k]                # the k-th largest key, kept on the device
+    take = keys > threshold
+    need = k - xp.count_nonzero(take)               # ties to take, lowest indices first
+    equal = keys == threshold
+    take |= equal & (xp.cumsum(equal, dtype=xp.int64) <= need)
+    positions = xp.cumsum(take, dtype=xp.int64)
+    values, indices = xp.empty(k, dtype=flat.dtype), xp.empty(k, dtype=xp.int32)
+    _launch(f"topk_compact_{_suffix(flat.dtype)}", n, flat, take, positions, np.int64(n), values, indices)
+    return values, indices
+
+
+def scatter_add(out, indices, values, subtract=False):
+    """``out[indices] += values`` (``-=`` with ``subtract``), repeated indices adding up (``np.add.at``);
+    ``out`` is a contiguous array, addressed flat; ``values`` are first cast to its dtype.  Returns ``out``."""
+    xp = get_array_module(out, indices, values)
+    if not out.flags.c_contiguous:
+        raise ValueError("scatter_add: out must be C-contiguous")
+    flat = out.reshape(-1)
+    values = values.astype(flat.dtype, copy=False)
+    if xp is np:
+        (np.subtract if subtract else np.add).at(flat, indices, values)
+        return out
+    if subtract:
+        values = -values
+    if flat.dtype in (np.float32, np.float64) and flat.size <= np.iinfo(np.int32).max:
+        indices = xp.ascontiguousarray(indices, dtype=xp.int32)
+        _launch(f"scatter_add_{_suffix(flat.dtype)}", indices.size, flat, indices, xp.ascontiguousarray(values),
+                np.int64(indices.size))
+    else:
+        import cupyx
+        cupyx.scatter_add(flat, indices, values)
+    return out
+
+
+# -- fp16 and bf16 -------------------------------------------------------------------------------------------------
+def to_fp16(x):
+    """IEEE half of ``x`` (float32 or float64, rounded once to nearest even), as float16; beyond 65504: +-inf."""
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    _check_float(flat)
+    if xp is np:
+        with np.errstate(over="ignore"):  # beyond 65504: inf, as documented
+            return flat.astype(np.float16)
+    out = xp.empty(flat.size, dtype=xp.float16)
+    _launch(f"to_fp16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
+    return out
+
+
+def from_fp16(halves, out=None, dtype=np.float32):
+    """The values of float16 ``halves`` (exact), into ``out`` or a new array of ``dtype``."""
+    xp = get_array_module(halves, out)
+    out, flat_out = _new_output(xp, out, halves.size, dtype)
+    if xp is not np and flat_out.dtype in (np.float32, np.float64):
+        _launch(f"from_fp16_{_suffix(flat_out.dtype)}", halves.size, xp.ascontiguousarray(halves), flat_out,
+                np.int64(halves.size))
+    else:
+        with np.errstate(invalid="ignore"):  # widening a signalling NaN
+            xp.copyto(flat_out, halves.reshape(-1))
+    return out
+
+
+def to_bf16(x):
+    """uint16 bfloat16 bit patterns of ``x``: float64 first rounded to float32, then
+    ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16`` (nearest, ties to even); NaN -> 0x7FC0 with its sign."""
+    xp = get_array_module(x)
+    flat = _flat(xp, x)
+    if xp is not np:
+        _check_float(flat)
+        out = xp.empty(flat.size, dtype=xp.uint16)
+        _launch(f"to_bf16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
+        return out
+    with np.errstate(over="ignore"):  # float64 beyond float32's range: +-inf
+        bits = np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32)
+    rounded = (bits >> 16) & np.uint32(1)
+    rounded += bits
+    rounded += np.uint32(0x7FFF)
+    rounded >>= 16
+    out = rounded.astype(np.uint16)
+    nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
+    if nan.any():  # the rounding carry may have reached the sign bit: keep the input's sign
+        out[nan] = np.uint16(0x7FC0) | ((bits[nan] >> 16).astype(np.uint16) & np.uint16(0x8000))
+    return out
+
+
+def from_bf16(bits, out=None, dtype=np.float32):
+    """The float32 values of uint16 bfloat16 bit patterns (exact), into ``out`` or a new array of ``dtype``."""
+    xp = get_array_module(bits, out)
+    out, flat_out = _new_output(xp, out, bits.size, dtype)
+    if xp is not np and flat_out.dtype in (np.float32, np.float64):
+        _launch(f"from_bf16_{_suffix(flat_out.dtype)}", bits.size, xp.ascontiguousarray(bits), flat_out,
+                np.int64(bits.size))
+        return out
+    wide = bits.reshape(-1).astype(xp.uint32)
+    wide <<= 16
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN
+        xp.copyto(flat_out, wide.view(xp.float32))
+    return out

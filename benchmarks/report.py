@@ -217,9 +217,175 @@ def federated_tables(result):
     return "\n".join(lines)
 
 
+def _number(value, form=".4g"):
+    return "-" if value is None else format(value, form)
+
+
+def _yes(value):
+    return "met" if value else "missed"
+
+
+def async_sgd_tables(result):
+    """Per configuration the median time to epsilon of each method beside the prediction; targets; throughput."""
+    machine, load = result["machine"], result["machine"]["load_average_1min"]
+    lines = [f"Heterogeneous-worker SGD on the {result['problem']} quadratic (L = {result['L']:g}), epsilon = "
+             f"{result['epsilon_fraction']:g} ||grad f(x0)||^2, sigma^2 = S epsilon, the theory's default "
+             f"parameters, {result['ranks']} ranks on {machine['cores']} cores (1-minute load average "
+             f"{load['start']:.1f} at the start, {load['end']:.1f} at the end); median over {result['seeds']} seeds "
+             f"of the time to epsilon in compute-time units (measured; '-' not reached within {result['cap']}x the "
+             "prediction) beside the predicted time (constants dropped):"]
+    targets = []
+    for config in result["configs"]:
+        unit = f", time unit {config['time_unit'] * 1e3:g} ms" if config.get("time_unit") else ""
+        lines += ["", f"{config['name']}: {config['n_workers']} workers, tau {config['tau']}, d = {config['dim']}, "
+                      f"S = {config['S']:g}, epsilon = {config['epsilon']:.4g}, m* = {config['predicted']['m_star']}"
+                      f"{unit}:", "",
+                  "| method | runtime | reached | median time | predicted | measured / predicted | ratio to Rennala | "
+                  "predicted ratio | median steps | median gradients | median wall (s) |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for method in result["methods"]:
+            for runtime in config["runtimes"]:
+                row = config["summary"][runtime]["methods"][method]
+                measured = row["median"] / row["predicted"] if row["median"] is not None else None
+                lines.append(f"| {method} | {runtime} | {row['reached']}/{len(row['times'])} | "
+                             f"{_number(row['median'])} | {row['predicted']:.4g} | {_number(measured, '.3f')} | "
+                             f"{_number(row['ratio'], '.2f')} | {row['predicted_ratio']:.2f} | {row['steps']:g} | "
+                             f"{row['gradients']:g} | {row['wall_s']:.2f} |")
+        overhead = config["summary"].get("mpi_over_simulator")
+        if overhead:
+            lines += ["", "MPI's median time to epsilon over the simulator's (same workers and seeds): " + ", ".join(
+                f"{method} {_number(value, '.3f')}" for method, value in overhead.items())]
+        for runtime in config["runtimes"]:
+            targets.append((config["name"], runtime, config["summary"][runtime]))
+    ratio_keys = list(dict.fromkeys(key for _, _, s in targets for key in s["targets"] if "ratio" in key))
+    header = ["configuration", "runtime", "T_R <= T_A <= T_MB", "T_RM <= T_A"] + [
+        f"{key.split('_')[0]} / rennala within {result['ratio_factor']:g}x of predicted" for key in ratio_keys]
+    lines += ["", "Targets (measured medians; the times are T_R, T_A, T_MB and T_RM, T_A):", "",
+              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, runtime, summary in targets:
+        t = {m: _number(summary["methods"][m]["median"], ".4g") for m in result["methods"]}
+        cells = []
+        for key in ratio_keys:
+            method = key.split("_")[0]
+            row = summary["methods"][method]
+            cells.append(f"{_yes(summary['targets'][key])} ({_number(row['ratio'], '.2f')} vs "
+                         f"{row['predicted_ratio']:.2f})" if key in summary["targets"] else "")
+        lines.append(f"| {name} | {runtime} | {_yes(summary['targets']['ordering'])} ({t['rennala']}, {t['asgd']}, "
+                     f"{t['minibatch']}) | {_yes(summary['targets']['ringmaster_le_asgd'])} ({t['ringmaster']}, "
+                     f"{t['asgd']}) |" + "".join(f" {cell} |" for cell in cells))
+    throughput = result.get("throughput")
+    if throughput:
+        lines += ["", f"Simulator throughput: {throughput['n_workers']} workers, tau sqrt, d = {throughput['dim']}, "
+                      f"S = {throughput['S']:g}, {throughput['gradients']} gradient events per method, one core "
+                      "(measured; target: under a minute):", "",
+                  "| method | events | steps | evaluations | wall (s) | CPU (s) | events / s | events / CPU s | "
+                  "under a minute |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for row in throughput["rows"]:
+            lines.append(f"| {row['method']} | {row['gradients']} | {row['steps']} | {row['evaluations']} | "
+                         f"{row['wall_s']:.1f} | {row['cpu_s']:.1f} | {row['events_per_s']:,.0f} | "
+                         f"{row['events_per_cpu_s']:,.0f} | {_yes(row['under_a_minute'])} |")
+    return "\n".join(lines)
+
+
+def _status(met):
+    return "not measured" if met is None else "met" if met else "missed"
+
+
+def _size_table(rows, key, cell, first_header):
+    """Rows of ``key`` against the sizes measured, each cell ``cell(row)``; a failed one says so."""
+    sizes = sorted({row["bytes"] for row in rows})
+    lines = [f"| {first_header} | " + " | ".join(human(size) for size in sizes) + " |",
+             "|---|" + "---:|" * len(sizes)]
+    for name in dict.fromkeys(row[key] for row in rows):
+        by_size = {row["bytes"]: row for row in rows if row[key] == name}
+        cells = [("failed" if "error" in by_size[size] else cell(by_size[size])) if size in by_size else "-"
+                 for size in sizes]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def kernels_tables(result):
+    """The kernels' bandwidth (GPU: against the device's peak), the lasso on GPU against CPU, the compressors."""
+    gpu, host = result.get("gpu"), result.get("host") or {}
+    where = f"host {host.get('cpu', '?')}, {host.get('cores', '?')} cores"
+    if gpu is None and "kernels" not in result and "compressors" not in result and "lasso" not in result:
+        return f"Kernels: no GPU here ({result.get('reason')}); the GPU numbers are pending. {where}."
+    if gpu is None:
+        lines = [f"Kernels on the CPU only: the numpy twins, median of {result['repeat']} batches "
+                 f"({where}); the GPU numbers are pending."]
+    else:
+        peak = f"peak {gpu['peak_gbs']:.0f} GB/s" if gpu.get("peak_gbs") else "peak unknown"
+        lines = [f"Kernels on {gpu['name']} (compute capability {gpu['compute_capability']}, {peak} = "
+                 f"{gpu.get('peak_formula')}, from {gpu.get('peak_source')}; CuPy {gpu.get('cupy')}, CUDA runtime "
+                 f"{gpu.get('cuda_runtime')}), {where}; median of {result['repeat']} batches, CUDA events."]
+    kernels = result.get("kernels", [])
+    on_gpu = [row for row in kernels if row["backend"] == "cupy"]
+    on_cpu = [row for row in kernels if row["backend"] == "numpy"]
+    if on_gpu:
+        lines += ["", "GPU kernels: effective bandwidth (bytes read + written / time) in GB/s and as a fraction of "
+                  "the peak; sizes are the input vector's bytes (float32; float64 for the ADMM kernels; "
+                  "Top-K and scatter-add are not streaming kernels):", ""]
+        lines += _size_table(on_gpu, "kernel", lambda row: f"{row['gbs']:.0f} ({row['fraction_of_peak']:.0%})"
+                             if row.get("fraction_of_peak") is not None else f"{row['gbs']:.0f}", "kernel")
+    if on_cpu:
+        lines += ["", "numpy twins on the CPU of the same machine: effective bandwidth in GB/s (the same bytes):", ""]
+        lines += _size_table(on_cpu, "kernel", lambda row: f"{row['gbs']:.2f}", "kernel")
+    lasso = result.get("lasso")
+    if lasso:
+        cpu, gpu_side = lasso.get("cpu", {}), lasso.get("gpu")
+        lines += ["", f"ADMM lasso {lasso['rows']} x {lasso['cols']}, lam = {lasso['lam_ratio']:g} lambda_max, one "
+                  f"process: whole solve at the default tolerances (setup included; median), per iteration of a "
+                  f"{lasso['iterations']}-iteration run (fixed rho), x-step alone (a cached-factor solve):", ""]
+        columns = ["CPU (numpy)"] + (["GPU (CuPy)", "speedup"] if gpu_side is not None else [])
+        lines += ["| | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+        speedups = lasso.get("speedups", {})
+        for label, key, scale, unit, speedup in (("whole solve", "solve_s", 1, "s", "solve"),
+                                                 ("setup", "setup_s", 1, "s", "setup"),
+                                                 ("per iteration", "per_iteration_s", 1e3, "ms", "per_iteration"),
+                                                 ("x-step", "x_step_s", 1e6, "us", "x_step"),
+                                                 ("iterations", "iterations", None, "", None)):
+            def cell(side):
+                if side is None or "error" in side:
+                    return "failed" if side else "-"
+                return str(side[key]) if scale is None else f"{side[key] * scale:.4g} {unit}"
+            cells = [cell(cpu)]
+            if gpu_side is not None:
+                cells += [cell(gpu_side), f"{speedups[speedup]:.2f}x" if speedup in speedups else ""]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    compressors = result.get("compressors", [])
+    for backend, label in (("cupy", "on the GPU"), ("numpy", "on the CPU (numpy)")):
+        rows = [row for row in compressors if row["backend"] == backend]
+        if rows:
+            lines += ["", f"Compressors {label}: compress + decompress throughput in GB/s of float32 input "
+                      "(and the payload's reduction):", ""]
+            lines += _size_table(rows, "compressor", lambda row: f"{row['throughput_gbs']:.2f} "
+                                 f"({row['ratio']:.0f}x)", "compressor")
+    goals = result.get("targets")
+    if goals:
+        bandwidth, lasso_goal = goals["bandwidth"], goals["lasso_per_iteration"]
+        worst = bandwidth["worst"]
+        lines += ["", "Targets (measured, not asserted):",
+                  f"- elementwise and packing kernels >= {bandwidth['target']:.0%} of the peak at "
+                  f"{human(bandwidth['from_bytes'])} and more: "
+                  + (f"worst {worst:.0%}: {_status(bandwidth['met'])}" if worst is not None else "not measured"
+                     + (" (pending: no GPU)" if gpu is None else "")),
+                  f"- lasso per-iteration GPU speedup >= {lasso_goal['target']:g}x: "
+                  + (f"{lasso_goal['value']:.2f}x: {_status(lasso_goal['met'])}" if lasso_goal["value"]
+                     else "not measured" + (" (pending: no GPU)" if gpu is None else ""))]
+        for name, entry in goals["compression"].items():
+            lines.append(f"- {name} compression on GPU >= {entry['target_gbs']:g} GB/s: "
+                         + (f"{entry['value_gbs']:.1f} GB/s at {human(entry['bytes'])}: {_status(entry['met'])}"
+                            if entry["value_gbs"] is not None
+                            else "not measured" + (" (pending: no GPU)" if gpu is None else "")))
+    if result.get("errors"):
+        lines += ["", f"{len(result['errors'])} part(s) failed:"] + [f"- {error}" for error in result["errors"]]
+    return "\n".join(lines)
+
+
 RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
              "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables,
-             "train": train_tables, "federated": federated_tables}
+             "train": train_tables, "federated": federated_tables,
+             "async_sgd": async_sgd_tables, "kernels": kernels_tables}
 
 
 def render(result):

@@ -355,12 +355,12 @@ def _add_async_sgd(commands):
                        help="(default %(default)s)")
     group.add_argument("--dim", type=_positive_int, help="quadratic, worst-case: dimension (default 100)")
     group.add_argument("--noise", type=float, metavar="SIGMA2",
-                       help="quadratic, worst-case: variance sigma^2 of a stochastic gradient (default 1)")
+                       help="quadratic, worst-case: variance sigma^2 of a stochastic gradient (default 1e-3)")
     group.add_argument("--batch-size", type=_positive_int, help="logistic, mlp: rows per stochastic gradient")
     group.add_argument("--dataset", choices=names("dataset"), help="logistic, mlp: the data set")
     group.add_argument("--hidden", type=_widths, metavar="W1,W2,...", help="mlp: hidden layer widths")
     group = sgd.add_argument_group("method")
-    group.add_argument("--epsilon", type=float, help="target for ||grad f||^2 (default 1e-3 ||grad f(x0)||^2)")
+    group.add_argument("--epsilon", type=float, help="target for ||grad f||^2 (default 1e-2 ||grad f(x0)||^2)")
     group.add_argument("--step-size", type=float, help="gamma (default: the theory's)")
     group.add_argument("--batch", type=int, metavar="B", help="rennala: gradients per step (default: the theory's)")
     group.add_argument("--threshold", type=_threshold, metavar="R",
@@ -370,8 +370,9 @@ def _add_async_sgd(commands):
     group.add_argument("--no-delay-adaptive", action="store_true", help="asgd: a constant step size")
     group.add_argument("--no-restart", action="store_true", help="rennala: workers keep computing after a step")
     group = sgd.add_argument_group("stopping and time")
-    group.add_argument("--max-steps", type=int, default=defaults.max_steps, help="(default %(default)s)")
-    group.add_argument("--max-gradients", type=int, help="gradients that reached the server (default: no cap)")
+    group.add_argument("--max-steps", type=int, default=defaults.max_steps, help="(default: no cap)")
+    group.add_argument("--max-gradients", type=int, default=defaults.max_gradients,
+                       help="gradients that reached the server (default %(default)s)")
     group.add_argument("--max-time", type=float, help="in compute-time units (default: no cap)")
     group.add_argument("--no-stop-at-epsilon", action="store_true", help="go on after reaching epsilon")
     group.add_argument("--eval-every", type=int, default=defaults.eval_every,

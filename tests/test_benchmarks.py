@@ -26,6 +26,7 @@ CASES = [
      "mlp 64-16-16-10"),
     ("federated.py", ["--quick", "--rounds", "2", "--clients", "20", "--hidden", "8", "--fedprox-rounds", "1",
                       "--fedprox-epochs", "1", "--loss-every", "1"], "FedAvg against FedSGD on digits"),
+    ("async_sgd.py", ["--quick"], "Heterogeneous-worker SGD on the worst-case quadratic"),
 ]
 
 
@@ -49,3 +50,49 @@ def test_sizes_are_parsed_like_osu_and_nccl_tests():
                                                                                           1 << 30, 4096]
     with pytest.raises(Exception, match="expected a size"):
         common.size_argument("lots")
+
+
+def _kernels_environment():
+    import os
+    return dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+
+
+@pytest.mark.timeout(60)
+def test_kernels_benchmark_measures_the_numpy_twins_without_a_gpu(tmp_path):
+    import subprocess
+    output = tmp_path / "kernels.json"
+    completed = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernels.py"), "--cpu-only", "--quick",
+                                "--output", str(output)], capture_output=True, text=True, timeout=50,
+                               env=_kernels_environment())
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(output.read_text())
+    assert result["benchmark"] == "kernels" and result["gpu"] is None and not result["errors"]
+    assert {row["backend"] for row in result["kernels"] + result["compressors"]} == {"numpy"}
+    assert all(row["gbs"] > 0 for row in result["kernels"])
+    assert "per_iteration_s" in result["lasso"]["cpu"] and "gpu" not in result["lasso"]
+    text = report.render(result)
+    assert text.startswith("Kernels on the CPU only") and "the GPU numbers are pending" in text
+
+
+@pytest.mark.timeout(60)
+def test_gpu_check_script_ends_cleanly_without_a_gpu(tmp_path):
+    import shutil
+    import subprocess
+
+    from mpiopt.core import backend
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    if backend.device_count() > 0:
+        pytest.skip("a GPU is here: run benchmarks/gpu_check.sh itself (it takes minutes)")
+    folder = tmp_path / "gpu-check"
+    completed = subprocess.run([bash, str(ROOT / "benchmarks" / "gpu_check.sh"), "--no-install", "--quick",
+                                str(folder)], capture_output=True, text=True, timeout=50,
+                               env=dict(_kernels_environment(), PYTHON=sys.executable))
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    summary = (folder / "summary.txt").read_text()
+    assert "no GPU" in summary and "RESULT: no GPU here" in summary
+    assert (folder / "env.txt").is_file()
+    result = json.loads((folder / "kernels.json").read_text())
+    assert result == {"benchmark": "kernels", "gpu": None, "reason": result["reason"], "host": result["host"]}
+    assert (folder / "kernels.md").read_text().startswith("Kernels: no GPU here")

@@ -48,9 +48,9 @@ class Problem:
         return max(float(self.loss(self.x0()) - self.f_low), 0.0)
 
     def default_epsilon(self):
-        """A target for ||grad f||^2 when the user gives none: 1e-3 of ||grad f(x0)||^2."""
+        """A target for ||grad f||^2 when the user gives none: 1e-2 of ||grad f(x0)||^2."""
         g = self.grad(self.x0())
-        return 1e-3 * float(g @ g)
+        return 1e-2 * float(g @ g)
 
     def info(self):
         return {"name": self.name, "dim": self.dim, "L": self.L, "sigma2": self.sigma2, "f_low": self.f_low,
@@ -82,7 +82,7 @@ def _check_dim(dim):
 class Quadratic(GaussianNoise):
     name = "quadratic"
 
-    def __init__(self, dim=100, noise=1.0, L=1.0, mu=1e-3):
+    def __init__(self, dim=100, noise=1e-3, L=1.0, mu=1e-3):
         self.dim = _check_dim(dim)
         if not (0 < mu <= L < math.inf):
             raise ValueError(f"need 0 < mu <= L, got mu={mu!r}, L={L!r}")
@@ -106,7 +106,7 @@ class WorstCase(GaussianNoise):
 
     name = "worst-case"
 
-    def __init__(self, dim=100, noise=1.0, L=1.0):
+    def __init__(self, dim=100, noise=1e-3, L=1.0):
         self.dim = _check_dim(dim)
         if not 0 < L < math.inf:
             raise ValueError(f"L must be a finite number > 0, got {L!r}")

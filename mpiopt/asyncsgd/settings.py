@@ -24,15 +24,15 @@ class AsyncSGDSettings(Settings):
     runtime: str = "simulator"     # "simulator" (virtual clock) or "mpi" (rank 0 serves, ranks 1.. work)
     n_workers: int = None          # simulator: virtual workers (None: 8); mpi: must be ranks - 1 (None: that)
     tau: object = "sqrt"           # compute-time model name (registry kind "tau-model"), a TauModel, or times
-    epsilon: float = None          # target for ||grad f(x)||^2 (None: 1e-3 ||grad f(x0)||^2)
+    epsilon: float = None          # target for ||grad f(x)||^2 (None: 1e-2 ||grad f(x0)||^2)
     step_size: float = None        # gamma (None: the theory's, from L, sigma^2, epsilon and n)
     batch: int = None              # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
     threshold: float = None        # Ringmaster's delay threshold R (None: max(1, ceil(sigma^2/epsilon)); inf allowed)
     stop_computations: bool = False  # Ringmaster: stop a worker's gradient once its delay reaches R
     delay_adaptive: bool = True    # Asynchronous SGD: gamma_k = min(gamma, 1/(2 L delay_k))
     restart: bool = True           # Rennala: after a step every worker restarts at the new point
-    max_steps: int = 100000        # stop after this many steps (None: no cap)
-    max_gradients: int = None      # stop after this many gradients have arrived at the server (None: no cap)
+    max_steps: int = None          # stop after this many steps (None: no cap)
+    max_gradients: int = 10000000  # stop after this many gradients have arrived at the server (None: no cap)
     max_time: float = None         # stop at this time, in compute-time units (None: no cap)
     stop_at_epsilon: bool = True   # stop at the first evaluation with ||grad f||^2 <= epsilon
     eval_every: int = 1            # steps between evaluations of f and ||grad f||^2 (the history's rows)

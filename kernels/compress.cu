@@ -1,5 +1,5 @@
 #include "common.cuh"
-// Kernels of the gradient compressors: QSGD (8 and 4 bits, stochastic rounding from Philox4x32-10),
+// Kernels of the gradient compressors: QSGD (8 and 4 bits, stochastic rounding from Philox4x64-10),
 // sign bit-packing, Top-K compaction and the scatter-add decode, fp16 and bf16 conversions.
 // The numpy twins are in mpiopt/kernels/compress.py and mpiopt/kernels/philox.py.
 //
@@ -73,64 +73,90 @@ MPIOPT_HD float to_float_rn(double a) {
 #endif
 }
 
-// ---- Philox4x32-10 (Salmon, Moraes, Dror and Shaw 2011; Random123's philox4x32_R(10, ...)) --------
-MPIOPT_HD void philox4x32_10(u32 c[4], u32 k0, u32 k1) {
+// ---- Philox4x64-10 (Salmon, Moraes, Dror and Shaw 2011; Random123's philox4x64_R(10, ...)) --------
+// numpy.random.Philox is the same generator: the numpy twin draws whole buffers through it.
+// The high 64 bits of a 64 x 64-bit product: __umul64hi on the device, 32-bit halves on the host.
+MPIOPT_HD u64 mulhi64(u64 a, u64 b) {
+#ifdef __CUDA_ARCH__
+    return __umul64hi(a, b);
+#else
+    u64 a_low = a & 0xFFFFFFFFull, a_high = a >> 32, b_low = b & 0xFFFFFFFFull, b_high = b >> 32;
+    u64 low_low = a_low * b_low, low_high = a_low * b_high, high_low = a_high * b_low;
+    u64 cross = (low_low >> 32) + (low_high & 0xFFFFFFFFull) + (high_low & 0xFFFFFFFFull);
+    return a_high * b_high + (low_high >> 32) + (high_low >> 32) + (cross >> 32);
+#endif
+}
+
+MPIOPT_HD void philox4x64_10(u64 c[4], u64 k0, u64 k1) {
     for (int round = 0; round < 10; ++round) {
         if (round > 0) {
-            k0 += 0x9E3779B9u;
-            k1 += 0xBB67AE85u;
+            k0 += 0x9E3779B97F4A7C15ull;
+            k1 += 0xBB67AE8584CAA73Bull;
         }
-        u64 p0 = (u64)0xD2511F53u * (u64)c[0];
-        u64 p1 = (u64)0xCD9E8D57u * (u64)c[2];
-        u32 next0 = (u32)(p1 >> 32) ^ c[1] ^ k0;
-        u32 next2 = (u32)(p0 >> 32) ^ c[3] ^ k1;
+        u64 high0 = mulhi64(0xD2E7470EE14C6C93ull, c[0]), low0 = 0xD2E7470EE14C6C93ull * c[0];
+        u64 high1 = mulhi64(0xCA5A826395121157ull, c[2]), low1 = 0xCA5A826395121157ull * c[2];
+        u64 next0 = high1 ^ c[1] ^ k0;
+        u64 next2 = high0 ^ c[3] ^ k1;
         c[0] = next0;
-        c[1] = (u32)p1;
+        c[1] = low1;
         c[2] = next2;
-        c[3] = (u32)p0;
+        c[3] = low0;
     }
 }
 
-// The four words for elements 4 block .. 4 block + 3 of the stream (key, step): counter
-// (block low, block high, step low, step high).
-MPIOPT_HD void philox_block(u64 block, u64 step, u32 k0, u32 k1, u32 words[4]) {
-    words[0] = (u32)block;
-    words[1] = (u32)(block >> 32);
-    words[2] = (u32)step;
-    words[3] = (u32)(step >> 32);
-    philox4x32_10(words, k0, k1);
+// The four 64-bit words of block `block` of the stream (key, step): counter (block, step, 0, 0).  They hold
+// elements 8 block .. 8 block + 7: element i is the low (even i) or high (odd i) half of word (i / 2) % 4.
+MPIOPT_HD void philox_block(u64 block, u64 step, u64 k0, u64 k1, u64 words[4]) {
+    words[0] = block;
+    words[1] = step;
+    words[2] = 0;
+    words[3] = 0;
+    philox4x64_10(words, k0, k1);
+}
+MPIOPT_HD u32 philox_lane(const u64 words[4], int lane) {  // lane = i % 8
+    u64 word = words[lane / 2];
+    return (lane % 2) ? (u32)(word >> 32) : (u32)word;
+}
+// Element i on its own (a whole block for one element: for tests and scattered use).
+MPIOPT_HD u32 philox_element(u64 k0, u64 k1, u64 step, u64 i) {
+    u64 words[4];
+    philox_block(i / 8, step, k0, k1, words);
+    return philox_lane(words, (int)(i % 8));
 }
 
-// A word as a uniform number in [0, 1): (word >> 8) 2^-24, exact in float32 and float64.
+// A 32-bit element as a uniform number in [0, 1): (word >> 8) 2^-24, exact in float32 and float64.
 MPIOPT_HD float unit_float(u32 word) { return (float)(word >> 8) * 5.9604644775390625e-08f; }
 MPIOPT_HD double unit_double(u32 word) { return (double)(word >> 8) * 5.9604644775390625e-08; }
 MPIOPT_HD float unit_of(u32 word, float) { return unit_float(word); }
 MPIOPT_HD double unit_of(u32 word, double) { return unit_double(word); }
 
 // Raw Philox blocks: counters[4 i .. 4 i + 3] -> out[4 i .. 4 i + 3]; one thread per block.
-extern "C" __global__ void philox4x32_10_blocks(const u32* counters, u32 k0, u32 k1, u32* out, long long blocks) {
+extern "C" __global__ void philox4x64_10_blocks(const u64* counters, u64 k0, u64 k1, u64* out, long long blocks) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < blocks) {
-        u32 c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};
-        philox4x32_10(c, k0, k1);
+        u64 c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};
+        philox4x64_10(c, k0, k1);
         for (int j = 0; j < 4; ++j) out[4 * i + j] = c[j];
     }
 }
 
-// Uniform numbers u_0 .. u_{n-1} of the stream (key, step); one thread per block of four.
+// Uniform numbers u_0 .. u_{n-1} of the stream (key, step); one thread per block of eight.
 template <typename T>
-__device__ void philox_uniform(u32 k0, u32 k1, u64 step, T* out, long long n) {
-    long long block = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (4 * block < n) {
-        u32 words[4];
-        philox_block((u64)block, step, k0, k1, words);
-        for (int lane = 0; lane < 4 && 4 * block + lane < n; ++lane) out[4 * block + lane] = unit_of(words[lane], T());
-    }
+MPIOPT_HD void philox_uniform_block(u64 k0, u64 k1, u64 step, T* out, long long n, long long block) {
+    u64 words[4];
+    philox_block((u64)block, step, k0, k1, words);
+    for (int lane = 0; lane < 8 && 8 * block + lane < n; ++lane)
+        out[8 * block + lane] = unit_of(philox_lane(words, lane), T());
 }
-extern "C" __global__ void philox_uniform_f32(u32 k0, u32 k1, u64 step, float* out, long long n) {
+template <typename T>
+__device__ void philox_uniform(u64 k0, u64 k1, u64 step, T* out, long long n) {
+    long long block = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (8 * block < n) philox_uniform_block(k0, k1, step, out, n, block);
+}
+extern "C" __global__ void philox_uniform_f32(u64 k0, u64 k1, u64 step, float* out, long long n) {
     philox_uniform<float>(k0, k1, step, out, n);
 }
-extern "C" __global__ void philox_uniform_f64(u32 k0, u32 k1, u64 step, double* out, long long n) {
+extern "C" __global__ void philox_uniform_f64(u64 k0, u64 k1, u64 step, double* out, long long n) {
     philox_uniform<double>(k0, k1, step, out, n);
 }
 
@@ -181,20 +207,20 @@ MPIOPT_HD int qsgd_level(T x, float norm, int levels, T u) {
     return (int)y;
 }
 
-// Quantize elements 4 g .. 4 g + 3 (one Philox block) into `stored`: int8 levels (bits 8) or two signed
+// Quantize elements 8 g .. 8 g + 7 (one Philox block) into `stored`: int8 levels (bits 8) or two signed
 // nibbles per byte (bits 4: element 2 j in the low nibble of byte j, a missing last element is 0).
 template <typename T>
 MPIOPT_HD void qsgd_quantize_group(const T* x, const float* norms, long long n, long long bucket, int bits,
-                                   int levels, u32 k0, u32 k1, u64 step, long long g, unsigned char* stored) {
-    u32 words[4];
+                                   int levels, u64 k0, u64 k1, u64 step, long long g, unsigned char* stored) {
+    u64 words[4];
     philox_block((u64)g, step, k0, k1, words);
-    int level[4] = {0, 0, 0, 0};
-    for (int lane = 0; lane < 4; ++lane) {
-        long long i = 4 * g + lane;
-        if (i < n) level[lane] = qsgd_level(x[i], norms[i / bucket], levels, unit_of(words[lane], T()));
+    int level[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int lane = 0; lane < 8; ++lane) {
+        long long i = 8 * g + lane;
+        if (i < n) level[lane] = qsgd_level(x[i], norms[i / bucket], levels, unit_of(philox_lane(words, lane), T()));
     }
-    for (int lane = 0; lane < 4; ++lane) {
-        long long i = 4 * g + lane;
+    for (int lane = 0; lane < 8; ++lane) {
+        long long i = 8 * g + lane;
         if (bits == 8) {
             if (i < n) stored[i] = (unsigned char)(signed char)level[lane];
         } else if (lane % 2 == 0 && i < n) {
@@ -232,19 +258,19 @@ extern "C" __global__ void qsgd_norms_f64(const double* x, long long n, long lon
     qsgd_norms<double>(x, n, bucket, use_max, margin, norms);
 }
 
-// One thread per group of four elements.
+// One thread per group of eight elements (one Philox block).
 template <typename T>
 __device__ void qsgd_quantize(const T* x, const float* norms, long long n, long long bucket, int bits, int levels,
-                              u32 k0, u32 k1, u64 step, unsigned char* stored) {
+                              u64 k0, u64 k1, u64 step, unsigned char* stored) {
     long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (4 * g < n) qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);
+    if (8 * g < n) qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);
 }
 extern "C" __global__ void qsgd_quantize_f32(const float* x, const float* norms, long long n, long long bucket,
-                                             int bits, int levels, u32 k0, u32 k1, u64 step, unsigned char* stored) {
+                                             int bits, int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {
     qsgd_quantize<float>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
 }
 extern "C" __global__ void qsgd_quantize_f64(const double* x, const float* norms, long long n, long long bucket,
-                                             int bits, int levels, u32 k0, u32 k1, u64 step, unsigned char* stored) {
+                                             int bits, int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {
     qsgd_quantize<double>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
 }
 

@@ -1,6 +1,7 @@
 """The compressors' kernels (kernels/compress.cu) and their numpy twins (mpiopt.kernels.compress, .philox).
 
-* the numpy twins against independent references (Random123's known answers,
+* the numpy twins against independent references (Random123's known answers
+  for philox4x64_10, a Philox4x64-10 in Python integers, numpy's own Philox,
   np.packbits, float16 casts, a scalar bfloat16 rounding, argpartition,
   np.add.at, scalar re-computations of QSGD, its unbiasedness and bounds);
 * every CUDA source compiles with ``nvcc --ptx`` for sm_80 and sm_90 (skipped
@@ -27,18 +28,20 @@ from mpiopt.compression.qsgd import pack_nibbles, unpack_nibbles
 from mpiopt.core import backend
 from mpiopt.kernels import compress as kc
 from mpiopt.kernels.loader import cuda_source, cuda_sources, nvcc_ptx
-from mpiopt.kernels.philox import philox4x32, philox_key, philox_uniform, philox_words
+from mpiopt.kernels import philox
+from mpiopt.kernels.philox import numpy_philox, philox4x64, philox_key, philox_uniform, philox_words
 
 NVCC = shutil.which("nvcc")
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not on PATH")
 
-KNOWN_ANSWERS = [  # Random123's kat_vectors for philox4x32_10: counter, key, result
-    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
-    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+MASK64 = 2 ** 64 - 1
+KNOWN_ANSWERS = [  # Random123's kat_vectors for philox4x64_10: counter, key, result
+    ((0, 0, 0, 0), (0, 0), (0x16554D9ECA36314C, 0xDB20FE9D672D0FDC, 0xD7E772CEE186176B, 0x7E68B68AEC7BA23B)),
+    ((MASK64,) * 4, (MASK64,) * 2, (0x87B092C3013FE90B, 0x438C3C67BE8D0224, 0x9CC7D7C69CD777B6, 0xA09CAEBF594F0BA0)),
+    ((0x243F6A8885A308D3, 0x13198A2E03707344, 0xA4093822299F31D0, 0x082EFA98EC4E6C89),
+     (0x452821E638D01377, 0xBE5466CF34E90C6C),
+     (0xA528F45403E61D95, 0x38C72DBD566E9788, 0xA5A1610E72FD18B5, 0x57BD43B5E52B7FE6)),
 ]
-
 
 def values(n, seed=0, dtype=np.float32):
     return np.random.default_rng(seed).standard_normal(n).astype(dtype)
@@ -55,37 +58,90 @@ def special_floats(dtype=np.float32):
 
 
 # -- Philox ------------------------------------------------------------------------------------------------------
+def philox4x64_python(counter, key, rounds=10):
+    """Philox4x64-R in Python integers, straight from the paper's definition (an independent reference)."""
+    multipliers, weyl = (0xD2E7470EE14C6C93, 0xCA5A826395121157), (0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B)
+    c, (k0, k1) = list(counter), key
+    for round_ in range(rounds):
+        if round_:
+            k0, k1 = (k0 + weyl[0]) & MASK64, (k1 + weyl[1]) & MASK64
+        p0, p1 = multipliers[0] * c[0], multipliers[1] * c[2]
+        c = [(p1 >> 64) ^ c[1] ^ k0, p1 & MASK64, (p0 >> 64) ^ c[3] ^ k1, p0 & MASK64]
+    return tuple(c)
+
+
+def element_reference(key, step, i):
+    """Element i of the stream (key, step) from the Python reference: block i // 8, word (i // 2) % 4, the low
+    half for even i."""
+    word = philox4x64_python((i // 8, step, 0, 0), key)[(i // 2) % 4]
+    return word >> 32 if i % 2 else word & 0xFFFFFFFF
+
+
 @pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
 def test_philox_matches_the_random123_known_answers(counter, key, expected):
-    assert tuple(int(word) for word in philox4x32(counter, key)) == expected
-    rows = kc.philox_blocks(np.array([counter, counter], dtype=np.uint32), key)
-    assert rows.shape == (2, 4) and rows.dtype == np.uint32 and rows.tolist() == [list(expected)] * 2
+    assert philox4x64_python(counter, key) == expected
+    assert tuple(int(word) for word in philox4x64(counter, key)) == expected
+    rows = kc.philox_blocks(np.array([counter, counter], dtype=np.uint64), key)
+    assert rows.shape == (2, 4) and rows.dtype == np.uint64 and rows.tolist() == [list(expected)] * 2
+    # numpy's Philox is the same generator; it increments its counter before each block
+    start = (sum(word << (64 * j) for j, word in enumerate(counter)) - 1) % 2 ** 256
+    generator = np.random.Philox(key=np.array(key, dtype=np.uint64), counter=start)
+    assert tuple(int(word) for word in generator.random_raw(4)) == expected
+
+
+def test_the_numpy_reference_equals_python_integers_on_random_counters():
+    rng = np.random.default_rng(3)
+    counters = rng.integers(0, 2 ** 64, (4, 200), dtype=np.uint64)
+    counters[:, :4] = [[0] * 4, [MASK64] * 4, [1, 0, MASK64, 2 ** 63], [2 ** 32 - 1, 2 ** 32, 2 ** 63 - 1, 5]]
+    key = tuple(int(word) for word in rng.integers(0, 2 ** 64, 2, dtype=np.uint64))
+    for rounds in [1, 7, 10]:
+        got = np.stack(philox4x64(counters, key, rounds), axis=1)
+        for column, row in zip(counters.T, got):
+            assert tuple(int(word) for word in row) == philox4x64_python([int(w) for w in column], key, rounds)
+
+
+def test_numpy_philox_runs_the_blocks_of_the_stream_in_order():
+    key = philox_key(5, "qsgd", "grad", 1)
+    for step, block in [(0, 0), (7, 0), (2 ** 64 - 1, 0), (2 ** 64 - 1, 3), (12, 2 ** 62)]:
+        raw = numpy_philox(key, step, block).random_raw(12)
+        for b in range(3):
+            expected = philox4x64_python((block + b, step, 0, 0), key)
+            assert tuple(int(word) for word in raw[4 * b:4 * b + 4]) == expected, (step, block, b)
 
 
 def test_philox_words_follow_the_counter_layout_at_any_offset():
     key = philox_key(5, "qsgd", "grad", 1)
-    words = philox_words(key, 2 ** 40 + 3, 4 * 70000 + 3)  # more than one vectorized chunk
-    for i in [0, 1, 5, 4 * 65536 + 2, words.size - 1]:
-        block = i // 4
-        expected = philox4x32((block & 0xFFFFFFFF, block >> 32, 3, 2 ** 8), key)[i % 4]
-        assert words[i] == expected
-    assert np.array_equal(philox_words(key, 2 ** 40 + 3, 1001, start=65535 * 4 + 1), words[65535 * 4 + 1:][:1001])
+    step = 2 ** 40 + 3
+    count = 2 * philox.CHUNK_WORDS * 2 + 13  # more than two chunks of numpy's generator
+    words = philox_words(key, step, count)
+    assert words.dtype == np.uint32 and words.size == count
+    for i in [0, 1, 2, 7, 8, 9, 2 * philox.CHUNK_WORDS - 1, 2 * philox.CHUNK_WORDS, count - 2, count - 1]:
+        assert words[i] == element_reference(key, step, i), i
+    for start in [1, 2, 3, 5, 8, 2 * philox.CHUNK_WORDS - 1, 2 * philox.CHUNK_WORDS + 3]:
+        for length in [1, 2, 9, 1001]:
+            assert np.array_equal(philox_words(key, step, length, start=start), words[start:start + length])
     assert philox_words(key, 0, 0).size == 0
-    start = 4 * 2 ** 32 - 7  # blocks 2^32 - 2 .. 2^32 + 1: the counter's high word changes
-    crossing = philox_words(key, 2 ** 64 - 1, 14, start=start)
-    for offset, word in enumerate(crossing):
-        block = (start + offset) // 4
-        expected = philox4x32((block & 0xFFFFFFFF, block >> 32, 0xFFFFFFFF, 0xFFFFFFFF), key)[(start + offset) % 4]
-        assert word == expected
+    top = philox_words(key, 2 ** 64 - 1, 19, start=5)  # the largest step
+    assert [int(w) for w in top] == [element_reference(key, 2 ** 64 - 1, 5 + t) for t in range(19)]
     with pytest.raises(ValueError, match="step must be in"):
         philox_words(key, 2 ** 64, 4)
+    with pytest.raises(ValueError, match="key is two words"):
+        philox_words((1, 2 ** 64), 0, 4)
+
+
+def test_philox_words_split_the_64_bit_words_the_same_on_either_byte_order(monkeypatch):
+    key = philox_key(1, "order")
+    little = philox_words(key, 3, 1003, start=1)
+    monkeypatch.setattr(philox, "sys", types.SimpleNamespace(byteorder="big"))  # the arithmetic split
+    assert np.array_equal(philox_words(key, 3, 1003, start=1), little)
 
 
 def test_philox_keys_depend_on_seed_and_purpose_only():
     assert philox_key(1, "qsgd", "g", 0) == philox_key(1, "qsgd", "g", 0)
     keys = {philox_key(*path) for path in [(1, "qsgd", "g", 0), (2, "qsgd", "g", 0), (1, "qsgd", "h", 0),
                                            (1, "qsgd", "g", 1), (1, "other", "g", 0)]}
-    assert len(keys) == 5 and all(0 <= word < 2 ** 32 for key in keys for word in key)
+    assert len(keys) == 5 and all(0 <= word < 2 ** 64 for key in keys for word in key)
+    assert any(word >= 2 ** 32 for key in keys for word in key)  # 64-bit words
     with pytest.raises(ValueError, match="seed must be an integer >= 0"):
         philox_key(-1, "qsgd")
 
@@ -100,7 +156,10 @@ def test_uniform_numbers_are_exact_multiples_of_2_to_the_minus_24(dtype):
     assert np.array_equal(scaled.astype(np.uint32), philox_words(key, 7, 200001) >> 8)
     assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
     assert np.array_equal(kc.uniform(key, 7, 1000, dtype), u[:1000])
+    assert np.array_equal(philox_uniform(key, 7, 999, dtype, start=3), u[3:1002])
     assert not np.array_equal(philox_uniform(key, 8, 1000, dtype), u[:1000])
+    even, odd = philox_words(key, 7, 200000).reshape(-1, 2).T.astype(np.float64)  # the two halves of a word
+    assert abs(np.corrcoef(even, odd)[0, 1]) < 0.01
 
 
 # -- QSGD --------------------------------------------------------------------------------------------------------
@@ -130,8 +189,7 @@ def reference_levels(x, norms, bits, bucket, key, step):
     scalar = x.dtype.type
     levels = np.empty(x.size, dtype=np.int8)
     for i, value in enumerate(x):
-        word = int(philox4x32((i // 4, 0, step, 0), key)[i % 4])
-        u = scalar((word >> 8) * 2.0 ** -24)
+        u = scalar((element_reference(key, step, i) >> 8) * 2.0 ** -24)
         norm = norms[i // bucket]
         scale = scalar(s) / scalar(norm) if norm > 0 else scalar(0)
         y = np.floor(value * scale + u)
@@ -339,7 +397,7 @@ def test_every_cuda_source_compiles_with_nvcc(name, arch):
 
 @needs_nvcc
 def test_a_broken_cuda_source_fails_to_compile():
-    broken = cuda_source("compress").replace("u32 next0 = ", "u32 next0 = = ", 1)
+    broken = cuda_source("compress").replace("u64 next0 = ", "u64 next0 = = ", 1)
     assert broken != cuda_source("compress")
     ok, output = nvcc_ptx(broken, "sm_80")
     assert not ok and "error" in output
@@ -351,7 +409,7 @@ def test_compress_is_an_installed_cuda_source():
     assert "typedef unsigned int u32;" in source  # common.cuh, pasted in
     for name in ["qsgd_quantize_f32", "qsgd_dequantize_f64", "sign_pack_f32", "sign_unpack_f64", "topk_compact_f32",
                  "scatter_add_f64", "to_fp16_f32", "from_fp16_f64", "to_bf16_f64", "from_bf16_f32",
-                 "philox_uniform_f32", "philox4x32_10_blocks", "qsgd_norms_f64"]:
+                 "philox_uniform_f32", "philox4x64_10_blocks", "qsgd_norms_f64"]:
         assert f'extern "C" __global__ void {name}(' in source
 
 
@@ -364,20 +422,16 @@ def test_compress_is_an_installed_cuda_source():
 # kernels run sequentially, so scatter-add's order is fixed there.
 HOST_WRAPPERS = r"""
 #define HOST_KERNELS(T, S)                                                                                        \
-extern "C" void philox_uniform_##S##_host(u32 k0, u32 k1, u64 step, T* out, long long n) {                     \
-    for (long long g = 0; 4 * g < n; ++g) {                                                                   \
-        u32 words[4];                                                                                         \
-        philox_block((u64)g, step, k0, k1, words);                                                            \
-        for (int lane = 0; lane < 4 && 4 * g + lane < n; ++lane) out[4 * g + lane] = unit_of(words[lane], T()); \
-    }                                                                                                         \
+extern "C" void philox_uniform_##S##_host(u64 k0, u64 k1, u64 step, T* out, long long n) {                     \
+    for (long long g = 0; 8 * g < n; ++g) philox_uniform_block(k0, k1, step, out, n, g);                       \
 }                                                                                                             \
 extern "C" void qsgd_norms_##S##_host(const T* x, long long n, long long bucket, int use_max, double margin,     \
                                       float* norms) {                                                         \
     for (long long b = 0; b * bucket < n; ++b) norms[b] = qsgd_norm_of_bucket(x, n, bucket, b, use_max, margin); \
 }                                                                                                             \
 extern "C" void qsgd_quantize_##S##_host(const T* x, const float* norms, long long n, long long bucket, int bits, \
-                                         int levels, u32 k0, u32 k1, u64 step, unsigned char* stored) {       \
-    for (long long g = 0; 4 * g < n; ++g)                                                                     \
+                                         int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {       \
+    for (long long g = 0; 8 * g < n; ++g)                                                                     \
         qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);                      \
 }                                                                                                             \
 extern "C" void qsgd_dequantize_##S##_host(const unsigned char* stored, const float* norms, long long n,        \
@@ -402,12 +456,15 @@ extern "C" void from_bf16_##S##_host(const unsigned short* b, T* out, long long 
 }
 HOST_KERNELS(float, f32)
 HOST_KERNELS(double, f64)
-extern "C" void philox4x32_10_blocks_host(const u32* counters, u32 k0, u32 k1, u32* out, long long blocks) {
+extern "C" void philox4x64_10_blocks_host(const u64* counters, u64 k0, u64 k1, u64* out, long long blocks) {
     for (long long i = 0; i < blocks; ++i) {
-        u32 c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};
-        philox4x32_10(c, k0, k1);
+        u64 c[4] = {counters[4 * i], counters[4 * i + 1], counters[4 * i + 2], counters[4 * i + 3]};
+        philox4x64_10(c, k0, k1);
         for (int j = 0; j < 4; ++j) out[4 * i + j] = c[j];
     }
+}
+extern "C" void philox_elements_at(u64 k0, u64 k1, u64 step, const u64* indices, u32* out, long long count) {
+    for (long long j = 0; j < count; ++j) out[j] = philox_element(k0, k1, step, indices[j]);  /* random access */
 }
 extern "C" void to_bf16_f32_host(const float* x, unsigned short* out, long long n) {
     for (long long i = 0; i < n; ++i) out[i] = bf16_of_bits(float_bits(x[i]));
@@ -421,7 +478,7 @@ SCALAR_TYPES = {"long long": (np.int64, ctypes.c_longlong), "int": (np.int32, ct
                 "u32": (np.uint32, ctypes.c_uint32), "u64": (np.uint64, ctypes.c_uint64),
                 "double": (np.float64, ctypes.c_double), "float": (np.float32, ctypes.c_float)}
 POINTER_TYPES = {"float": ("f", 4), "double": ("f", 8), "unsigned char": ("iub", 1), "unsigned short": ("uf", 2),
-                 "u32": ("u", 4), "bool": ("b", 1), "long long": ("i", 8), "int": ("i", 4)}
+                 "u32": ("u", 4), "u64": ("u", 8), "bool": ("b", 1), "long long": ("i", 8), "int": ("i", 4)}
 
 
 def kernel_signatures(source):
@@ -570,12 +627,33 @@ def cp(request, monkeypatch):
 
 def test_gpu_philox_and_uniform_equal_the_twin(cp):
     for counter, key, expected in KNOWN_ANSWERS:
-        rows = kc.philox_blocks(cp.asarray(np.array([counter], dtype=np.uint32)), key)
+        rows = kc.philox_blocks(cp.asarray(np.array([counter], dtype=np.uint64)), key)
         assert isinstance(rows, cp.ndarray) and tuple(host(rows)[0].tolist()) == expected
     key = philox_key(9, "gpu")
     for dtype in [np.float32, np.float64]:
         got = kc.uniform(key, 2 ** 35 + 1, 100003, dtype, xp=cp)
         assert got.dtype == dtype and np.array_equal(host(got), philox_uniform(key, 2 ** 35 + 1, 100003, dtype))
+
+
+def test_host_built_philox_elements_equal_numpy_and_the_reference(host_library):
+    """The CUDA code's Philox, built for the host (its 64-bit products from 32-bit halves there; __umul64hi on
+    the device), one element at a time in any order, against numpy's Philox and the Python reference."""
+    key, step = philox_key(9, "host"), 2 ** 64 - 5
+    count = 2 * philox.CHUNK_WORDS + 1001
+    words = philox_words(key, step, count)
+    indices = np.random.default_rng(4).permutation(count).astype(np.uint64)
+    out = np.empty(count, dtype=np.uint32)
+    host_library.philox_elements_at(ctypes.c_uint64(key[0]), ctypes.c_uint64(key[1]), ctypes.c_uint64(step),
+                                    ctypes.c_void_p(indices.ctypes.data), ctypes.c_void_p(out.ctypes.data),
+                                    ctypes.c_longlong(count))
+    assert np.array_equal(out, words[indices])
+    far = [0, 1, 7, 2 ** 40 + 3, 2 ** 61 - 1]  # elements far out in the stream (block up to 2^58)
+    got = np.empty(len(far), dtype=np.uint32)
+    host_library.philox_elements_at(ctypes.c_uint64(key[0]), ctypes.c_uint64(key[1]), ctypes.c_uint64(step),
+                                    ctypes.c_void_p(np.array(far, dtype=np.uint64).ctypes.data),
+                                    ctypes.c_void_p(got.ctypes.data), ctypes.c_longlong(len(far)))
+    assert got.tolist() == [element_reference(key, step, i) for i in far]
+    assert got[3] == philox_words(key, step, 1, start=far[3])[0]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -29,12 +29,15 @@ arrays, their numpy twins (a few vectorized passes each) on numpy arrays; the
 payload stays in the input's module, and both give the same bits.  Not
 linear: each rank's norms differ.
 
-Noise: u_i comes from Philox4x32-10, a counter-based generator, keyed by
+Noise: u_i comes from Philox4x64-10, a counter-based generator, keyed by
 ``philox_key(seed, "qsgd", name, worker)`` (:mod:`mpiopt.kernels.philox`, the
-key derived as :func:`~mpiopt.core.random.random_stream` derives its seed)
-with the counter (i // 4, step), word i % 4, as ``(word >> 8) 2^-24``: one of
-2^24 equally likely values in [0, 1), in float32 (float64 for float64 input),
-the same bits on the CPU and the GPU.  Unbiasedness of the sum over ranks
+key derived as :func:`~mpiopt.core.random.random_stream` derives its seed):
+element i takes the low (even i) or high (odd i) 32 bits of word
+(i // 2) % 4 of the block at counter (i // 8, step, 0, 0), as
+``(bits >> 8) 2^-24``: one of 2^24 equally likely values in [0, 1), in
+float32 (float64 for float64 input), the same bits on the CPU (numpy's own
+``numpy.random.Philox``, the same generator, for the whole buffer) and the GPU
+(a thread per block of eight elements).  Unbiasedness of the sum over ranks
 needs independent noise on each rank, hence ``worker`` (the compressed reducer
 sets it to the rank when it builds the compressor by name); reproducibility
 needs seeding, hence ``seed`` and the step.  The rounding probabilities are

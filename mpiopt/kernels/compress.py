@@ -31,11 +31,13 @@ function               what                                                     
 =====================  ============================================================  ========
 
 **QSGD's noise.** Element i of a buffer takes u_i = ``(w >> 8) 2^-24`` with w
-word ``i % 4`` of Philox4x32-10 at counter ``(i // 4, step)`` (two words each)
-and key :func:`~mpiopt.kernels.philox.philox_key` ``(seed, *stream_key)``
-(see :mod:`.philox`): any element is computed on its own, in any order, on
-either backend, and the payload depends only on the data, the seed, the
-stream key and the step.
+the low (even i) or high (odd i) 32 bits of word ``(i // 2) % 4`` of
+Philox4x64-10 at counter ``(i // 8, step, 0, 0)`` and key
+:func:`~mpiopt.kernels.philox.philox_key` ``(seed, *stream_key)`` (two 64-bit
+words; see :mod:`.philox`): any element is computed on its own, in any order,
+on either backend (a CUDA thread per block of eight elements; numpy's own
+``Philox`` for a whole buffer on the CPU), and the payload depends only on the
+data, the seed, the stream key and the step.
 """
 import functools
 
@@ -43,7 +45,7 @@ import numpy as np
 
 from ..core.backend import get_array_module
 from .loader import raw_module
-from .philox import add_uniform, philox4x32, philox_key, philox_uniform
+from .philox import ELEMENTS_PER_BLOCK, add_uniform, philox4x64, philox_key, philox_uniform
 
 NORM_MARGIN = 1.0 + 2.0 ** -20  # norms are stored rounded up by this factor (|y| < s despite the roundings)
 NORMS = ("l2", "max")
@@ -98,13 +100,13 @@ def _new_output(xp, out, n, dtype):
 
 # -- Philox -------------------------------------------------------------------------------------------------
 def philox_blocks(counters, key):
-    """Philox4x32-10 of each row of ``counters`` (m x 4 uint32) under ``key`` (two ints): m x 4 uint32."""
+    """Philox4x64-10 of each row of ``counters`` (m x 4 uint64) under ``key`` (two ints): m x 4 uint64."""
     xp = get_array_module(counters)
-    counters = xp.ascontiguousarray(counters, dtype=xp.uint32).reshape(-1, 4)
+    counters = xp.ascontiguousarray(counters, dtype=xp.uint64).reshape(-1, 4)
     if xp is np:
-        return np.stack(philox4x32(counters.T, key), axis=1)
-    out = xp.empty(counters.shape, dtype=xp.uint32)
-    _launch("philox4x32_10_blocks", counters.shape[0], counters, np.uint32(key[0]), np.uint32(key[1]), out,
+        return np.stack(philox4x64(counters.T, key), axis=1)
+    out = xp.empty(counters.shape, dtype=xp.uint64)
+    _launch("philox4x64_10_blocks", counters.shape[0], counters, np.uint64(key[0]), np.uint64(key[1]), out,
             np.int64(counters.shape[0]))
     return out
 
@@ -114,8 +116,8 @@ def uniform(key, step, count, dtype=np.float32, xp=np):
     if xp is np:
         return philox_uniform(key, step, count, dtype)
     out = xp.empty(count, dtype=dtype)
-    _launch(f"philox_uniform_{_suffix(dtype)}", -(-count // 4), np.uint32(key[0]), np.uint32(key[1]),
-            np.uint64(step), out, np.int64(count))
+    _launch(f"philox_uniform_{_suffix(dtype)}", -(-count // ELEMENTS_PER_BLOCK), np.uint64(key[0]),
+            np.uint64(key[1]), np.uint64(step), out, np.int64(count))
     return out
 
 
@@ -239,8 +241,9 @@ def qsgd_quantize(x, bits=8, bucket_size=512, norm="l2", seed=0, stream_key=(), 
         norms = qsgd_norms(flat, bucket_size, norm)
     if xp is not np:
         stored = xp.empty(n if bits == 8 else -(-n // 2), dtype=xp.int8 if bits == 8 else xp.uint8)
-        _launch(f"qsgd_quantize_{_suffix(flat.dtype)}", -(-n // 4), flat, norms, np.int64(n), np.int64(bucket_size),
-                np.int32(bits), np.int32(levels), np.uint32(key[0]), np.uint32(key[1]), np.uint64(step), stored)
+        _launch(f"qsgd_quantize_{_suffix(flat.dtype)}", -(-n // ELEMENTS_PER_BLOCK), flat, norms, np.int64(n),
+                np.int64(bucket_size), np.int32(bits), np.int32(levels), np.uint64(key[0]), np.uint64(key[1]),
+                np.uint64(step), stored)
         return norms, stored
     dtype = flat.dtype
     scale = np.zeros(norms.size, dtype=dtype)

@@ -1,155 +1,151 @@
-"""Philox4x32-10, the counter-based generator of the GPU kernels, in numpy.
+"""Philox4x64-10, the counter-based generator of the GPU kernels, in numpy.
 
 Salmon, Moraes, Dror and Shaw 2011, "Parallel Random Numbers: As Easy as 1, 2,
-3" (Random123's ``philox4x32_R(10, counter, key)``): a 128-bit counter and a
-64-bit key give 128 random bits, with no state, so any element of a stream is
-computed on its own, by a CUDA thread (``kernels/compress.cu``) or by these
-vectorized uint64/uint32 numpy passes, to the same bits.
+3" (Random123's ``philox4x64_R(10, counter, key)``): a 256-bit counter and a
+128-bit key give four 64-bit words, with no state, so any element of a stream
+is computed on its own, by a CUDA thread (``kernels/compress.cu``) or, for a
+whole buffer at once, by numpy's own C implementation of the same generator
+(``numpy.random.Philox``, which is Random123's Philox4x64-10), to the same bits.
 
 **Streams.** :func:`philox_key` turns a seed and a purpose path (strings and
-integers, as :func:`mpiopt.core.random.random_stream`) into the two key words:
-``SeedSequence([seed, *keys]).generate_state(2, uint32)``, computed on the
-host.  Element i of the stream (key, step) is word ``i % 4`` of the block with
-counter ``(i // 4 low 32 bits, i // 4 high 32 bits, step low, step high)``.
+integers, as :func:`mpiopt.core.random.random_stream`) into the two 64-bit key
+words: ``SeedSequence([seed, *keys]).generate_state(2, uint64)``, computed on
+the host.  Block b of the stream (key, step) is Philox4x64-10 of the counter
+``(b, step, 0, 0)``; element i of the stream is 32 bits of it: the 64-bit
+output word ``j = i // 2`` is word ``j % 4`` of block ``j // 4 = i // 8``,
+and element i takes its low half for even i, its high half for odd i.  In
+words: block ``i // 8``, word ``(i // 2) % 4``, half ``i % 2``.
 
-**Uniform numbers.** A word w becomes ``(w >> 8) * 2^-24``: one of the 2^24
-multiples of 2^-24 in [0, 1), exact in float32 and float64, so CUDA and numpy
-give the same value bit for bit in either precision.
+**numpy's Philox.** ``Philox(key=k, counter=c)`` increments its 256-bit
+counter (with carries across the four words) *before* it computes a block, so
+its first 64-bit output is word 0 of Philox4x64-10 at counter c + 1, and
+``random_raw(m)`` returns the blocks c + 1, c + 2, ... word after word (checked
+against :func:`philox4x64` and Random123's known answers by the tests).
+:func:`numpy_philox` therefore starts it at ``(step << 64) + b - 1`` (mod
+2^256) to produce the stream from block b.  The 64-bit words are split into
+their halves, low half first, independently of the machine's byte order.
+
+**Uniform numbers.** A 32-bit half w becomes ``(w >> 8) * 2^-24``: one of the
+2^24 multiples of 2^-24 in [0, 1), exact in float32 and float64, so CUDA and
+numpy give the same value bit for bit in either precision.
+
+:func:`philox4x64` is a small, vectorized pure-numpy implementation of the
+rounds (64 x 64-bit products from 32-bit halves), the reference the tests hold
+numpy's generator and the CUDA code to; the streams go through numpy's Philox.
 """
+import sys
+
 import numpy as np
 
 from ..core.random import _key, seed_problem
 
-MULTIPLIERS = (0xD2511F53, 0xCD9E8D57)
-WEYL = (0x9E3779B9, 0xBB67AE85)
+MULTIPLIERS = (0xD2E7470EE14C6C93, 0xCA5A826395121157)
+WEYL = (0x9E3779B97F4A7C15, 0xBB67AE8584CAA73B)
 ROUNDS = 10
 MASK32 = 0xFFFFFFFF
+MASK64 = 0xFFFFFFFFFFFFFFFF
 UNIT = 2.0 ** -24
-CHUNK_BLOCKS = 1 << 14  # blocks per vectorized pass (their uint64 temporaries stay in cache)
+WORDS_PER_BLOCK = 4      # 64-bit words per Philox4x64 block
+ELEMENTS_PER_BLOCK = 8   # 32-bit elements per block
+CHUNK_WORDS = 1 << 15    # 64-bit words per pass of the numpy twin (its temporaries stay in cache)
 
 
 def philox_key(seed, *purpose):
-    """The two uint32 key words of the stream of ``purpose`` under ``seed`` (see the module docstring)."""
+    """The two 64-bit key words of the stream of ``purpose`` under ``seed`` (see the module docstring)."""
     problem = seed_problem(seed)
     if problem:
         raise ValueError(problem)
-    words = np.random.SeedSequence([int(seed), *map(_key, purpose)]).generate_state(2, np.uint32)
+    words = np.random.SeedSequence([int(seed), *map(_key, purpose)]).generate_state(2, np.uint64)
     return int(words[0]), int(words[1])
 
 
-def _round_keys(key, round_):
-    return (int(key[0]) + round_ * WEYL[0]) & MASK32, (int(key[1]) + round_ * WEYL[1]) & MASK32
+def _check_key(key):
+    key = tuple(int(word) for word in key)
+    if len(key) != 2 or not all(0 <= word <= MASK64 for word in key):
+        raise ValueError(f"a Philox4x64 key is two words in [0, 2**64), got {key}")
+    return key
 
 
-def _rounds(c0, c1, c2, c3, key, first=0, rounds=ROUNDS, scratch=None):
-    """Rounds ``first .. rounds - 1`` of Philox4x32 in place on four uint64 arrays holding 32-bit words
-    (the 32 x 32-bit products are exact in uint64); ``key`` is the key of round 0."""
-    m0, m1 = np.uint64(MULTIPLIERS[0]), np.uint64(MULTIPLIERS[1])
+def _check_step(step):
+    step = int(step)
+    if not 0 <= step <= MASK64:
+        raise ValueError(f"a Philox step must be in [0, 2**64), got {step}")
+    return step
+
+
+# -- the reference: the rounds in vectorized numpy ---------------------------------------------------------------
+def _mulhilo(a, multiplier):
+    """(high, low) 64-bit words of the 128-bit products ``a * multiplier`` (uint64 arrays), from 32-bit halves."""
     mask, shift = np.uint64(MASK32), np.uint64(32)
-    p0, p1 = scratch if scratch is not None else (np.empty_like(c0), np.empty_like(c2))
-    for round_ in range(first, rounds):
-        k0, k1 = _round_keys(key, round_)
-        np.multiply(c0, m0, out=p0)
-        np.multiply(c2, m1, out=p1)
-        np.right_shift(p1, shift, out=c0)      # c0 = hi(M1 c2) ^ c1 ^ k0
-        c0 ^= c1
-        c0 ^= np.uint64(k0)
-        np.bitwise_and(p1, mask, out=c1)       # c1 = lo(M1 c2)
-        np.right_shift(p0, shift, out=c2)      # c2 = hi(M0 c0) ^ c3 ^ k1
-        c2 ^= c3
-        c2 ^= np.uint64(k1)
-        np.bitwise_and(p0, mask, out=c3)       # c3 = lo(M0 c0)
+    m_low, m_high = np.uint64(multiplier & MASK32), np.uint64(multiplier >> 32)
+    a_low, a_high = a & mask, a >> shift
+    low_low, low_high, high_low = a_low * m_low, a_low * m_high, a_high * m_low  # each < 2^64: exact
+    cross = (low_low >> shift) + (low_high & mask) + (high_low & mask)            # < 3 2^32
+    high = a_high * m_high + (low_high >> shift) + (high_low >> shift) + (cross >> shift)
+    return high, a * np.uint64(multiplier)  # the low word: the product modulo 2^64
+
+
+def philox4x64(counter, key, rounds=ROUNDS):
+    """Philox4x64-R of the counters: ``counter`` is four arrays (or ints) of 64-bit words, broadcast together,
+    ``key`` two ints; returns the four output words as uint64 arrays.  A reference for the tests (it does
+    what Random123's ``philox4x64_R`` does, round by round), not the fast path."""
+    c0, c1, c2, c3 = (np.array(word, dtype=np.uint64) for word in
+                      np.broadcast_arrays(*(np.asarray(word, dtype=np.uint64) for word in counter)))
+    k0, k1 = _check_key(key)
+    with np.errstate(over="ignore"):  # the low words wrap modulo 2^64 by design (0-d arrays would warn)
+        for round_ in range(rounds):
+            if round_:
+                k0, k1 = (k0 + WEYL[0]) & MASK64, (k1 + WEYL[1]) & MASK64
+            high0, low0 = _mulhilo(c0, MULTIPLIERS[0])
+            high1, low1 = _mulhilo(c2, MULTIPLIERS[1])
+            c0, c1, c2, c3 = high1 ^ c1 ^ np.uint64(k0), low1, high0 ^ c3 ^ np.uint64(k1), low0
     return c0, c1, c2, c3
 
 
-def _stream_rounds(low_words, high, step, key):
-    """Philox4x32-10 of the counters (low_words[i], high, step low, step high): the same rounds as
-    :func:`_rounds`, with the words that are still the same for every block (rounds 0 to 2) kept as ints."""
-    m0, m1 = MULTIPLIERS
-    c0 = low_words
-    c1, c2, c3 = np.empty_like(c0), np.empty_like(c0), np.empty_like(c0)
-    p0, p1 = np.empty_like(c0), np.empty_like(c0)
-    mask, shift = np.uint64(MASK32), np.uint64(32)
-    step_low, step_high = step & MASK32, step >> 32
-    # round 0: c1, c2, c3 are the same for every block
-    k0, k1 = _round_keys(key, 0)
-    product = step_low * m1
-    same0, same1 = (product >> 32) ^ high ^ k0, product & MASK32
-    np.multiply(c0, np.uint64(m0), out=p0)
-    np.right_shift(p0, shift, out=c2)
-    c2 ^= np.uint64(step_high ^ k1)
-    np.bitwise_and(p0, mask, out=c3)
-    # round 1: c0 and c1 are the same for every block
-    k0, k1 = _round_keys(key, 1)
-    np.multiply(c2, np.uint64(m1), out=p1)
-    np.right_shift(p1, shift, out=c0)
-    c0 ^= np.uint64(same1 ^ k0)
-    np.bitwise_and(p1, mask, out=c1)
-    product = same0 * m0
-    np.bitwise_xor(c3, np.uint64((product >> 32) ^ k1), out=c2)
-    same3 = product & MASK32
-    # round 2: c3 is the same for every block
-    k0, k1 = _round_keys(key, 2)
-    np.multiply(c0, np.uint64(m0), out=p0)
-    np.multiply(c2, np.uint64(m1), out=p1)
-    np.right_shift(p1, shift, out=c0)
-    c0 ^= c1
-    c0 ^= np.uint64(k0)
-    np.bitwise_and(p1, mask, out=c1)
-    np.right_shift(p0, shift, out=c2)
-    c2 ^= np.uint64(same3 ^ k1)
-    np.bitwise_and(p0, mask, out=c3)
-    return _rounds(c0, c1, c2, c3, key, first=3, scratch=(p0, p1))
+# -- the streams, through numpy's Philox ------------------------------------------------------------------------------
+def numpy_philox(key, step, block=0):
+    """``numpy.random.Philox`` whose ``random_raw`` gives the 64-bit words of the stream (key, step) from block
+    ``block`` on (numpy increments the counter before each block: it starts one below)."""
+    key, step = _check_key(key), _check_step(step)
+    counter = ((step << 64) + int(block) - 1) % (1 << 256)
+    return np.random.Philox(key=np.array(key, dtype=np.uint64), counter=counter)
 
 
-def philox4x32(counter, key, rounds=ROUNDS):
-    """Philox4x32-R of the counters: ``counter`` is four arrays (or ints) of uint32 words, broadcast
-    together, ``key`` two ints; returns the four output words as uint32 arrays."""
-    words = np.broadcast_arrays(*(np.asarray(word, dtype=np.uint32) for word in counter))
-    wide = [np.array(word, dtype=np.uint64) for word in words]
-    return tuple(word.astype(np.uint32) for word in _rounds(*wide, key, rounds=rounds))
+def _halves(raw):
+    """The 32-bit halves of uint64 words, low half first: a view on a little-endian machine."""
+    if sys.byteorder == "little":
+        return raw.view(np.uint32)
+    halves = np.empty(2 * raw.size, dtype=np.uint32)
+    halves[0::2] = raw & np.uint64(MASK32)
+    halves[1::2] = raw >> np.uint64(32)
+    return halves
 
 
-def _stream_blocks(key, step, first, last):
-    """Per chunk of blocks ``first .. last - 1`` of the stream (key, step): (first block, its four words as
-    uint64 arrays).  Chunks never cross a multiple of 2^32 blocks, so a chunk's high counter word is one int."""
-    step = int(step)
-    if not 0 <= step < 1 << 64:
-        raise ValueError(f"a Philox step must be in [0, 2**64), got {step}")
-    low = first
-    while low < last:
-        high = min(last, (low // CHUNK_BLOCKS + 1) * CHUNK_BLOCKS)  # CHUNK_BLOCKS divides 2^32
-        words = np.arange(low & MASK32, (low & MASK32) + (high - low), dtype=np.uint64)
-        yield low, _stream_rounds(words, low >> 32, step, key)
-        low = high
-
-
-def _stream_chunks(key, step, count, start, dtype, convert):
-    """Per chunk: (offset into elements start .. start + count - 1, the chunk's elements of the stream, each
-    word passed through ``convert``, as a reused array of ``dtype``)."""
-    if not count:
+def _stream_chunks(key, step, count, start=0, chunk_words=None):
+    """Per chunk: (offset into elements start .. start + count - 1, those elements of the stream (key, step) as
+    uint32, a fresh array the caller may change).  One numpy Philox for all the chunks."""
+    if count <= 0:
         return
-    first, last = start // 4, (start + count - 1) // 4 + 1
-    chunk = np.empty((min(CHUNK_BLOCKS, last - first), 4), dtype=dtype)
-    for low, words in _stream_blocks(key, step, first, last):
-        rows = chunk[:words[0].size]
-        for lane, word in enumerate(words):
-            rows[:, lane] = convert(word)
-        begin, stop = max(start, 4 * low), min(start + count, 4 * (low + rows.shape[0]))
-        yield begin - start, rows.reshape(-1)[begin - 4 * low:stop - 4 * low]
+    first, last = start // 2, (start + count - 1) // 2 + 1  # 64-bit words
+    generator = numpy_philox(key, step, first // WORDS_PER_BLOCK)
+    if first % WORDS_PER_BLOCK:
+        generator.random_raw(first % WORDS_PER_BLOCK)  # the words of the first block before `first`
+    chunk_words = chunk_words or CHUNK_WORDS
+    word = first
+    while word < last:
+        size = min(chunk_words, last - word)
+        halves = _halves(generator.random_raw(size))
+        begin, stop = max(start, 2 * word), min(start + count, 2 * (word + size))
+        yield begin - start, halves[begin - 2 * word:stop - 2 * word]
+        word += size
 
 
 def philox_words(key, step, count, start=0):
-    """Words ``start .. start + count - 1`` of the stream (key, step), as uint32."""
+    """Elements ``start .. start + count - 1`` of the stream (key, step) as uint32 (see the module docstring)."""
     out = np.empty(count, dtype=np.uint32)
-    for offset, words in _stream_chunks(key, step, count, start, np.uint32, lambda word: word):
+    for offset, words in _stream_chunks(key, step, count, start):
         out[offset:offset + words.size] = words
     return out
-
-
-def _to_unit(word):
-    word >>= np.uint64(8)  # < 2^24: exact in float32
-    return word
 
 
 def unit_floats(words, dtype=np.float32):
@@ -163,17 +159,23 @@ def unit_floats(words, dtype=np.float32):
 def philox_uniform(key, step, count, dtype=np.float32, start=0):
     """Uniform numbers ``u_start .. u_{start+count-1}`` of the stream (key, step) in ``dtype``:
     ``(w >> 8) * 2^-24``, exact."""
-    dtype = np.dtype(dtype)
-    out = np.zeros(count, dtype=dtype)
-    return add_uniform(out, key, step, start)
+    return add_uniform(np.zeros(count, dtype=dtype), key, step, start)
 
 
 def add_uniform(out, key, step, start=0):
-    """``out += u`` in ``out``'s floating dtype, u the elements ``start ..`` of the stream (key, step)
-    (exact in float32 and float64, so each sum is rounded once); chunk by chunk, without an array of the
-    noise."""
-    unit = out.dtype.type(UNIT)
-    for offset, noise in _stream_chunks(key, step, out.size, start, out.dtype, _to_unit):
-        noise *= unit
-        out[offset:offset + noise.size] += noise
+    """``out += u`` in place, ``out`` a contiguous float32 or float64 array (addressed flat), u the elements
+    ``start ..`` of the stream (key, step) (exact in either precision, so each sum is rounded once); chunk by
+    chunk through numpy's Philox, without an array of the whole noise.  Returns ``out``."""
+    if out.dtype not in (np.float32, np.float64) or not out.flags.c_contiguous:
+        raise TypeError(f"add_uniform takes a C-contiguous float32 or float64 array, got {out.dtype}")
+    flat = out.reshape(-1)
+    unit = flat.dtype.type(UNIT)
+    chunk_words = CHUNK_WORDS
+    noise = np.empty(min(flat.size, 2 * chunk_words), dtype=flat.dtype)
+    for offset, words in _stream_chunks(key, step, flat.size, start, chunk_words):
+        words >>= np.uint32(8)                        # < 2^24: a non-negative int32, exact as a float
+        part = noise[:words.size]
+        np.copyto(part, words.view(np.int32), casting="unsafe")
+        part *= unit                                  # exact: a power of two
+        flat[offset:offset + part.size] += part
     return out

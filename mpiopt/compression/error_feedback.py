@@ -19,7 +19,7 @@ every buffer its own.
 """
 import numpy as np
 
-from ..core.backend import get_array_module
+from ..core.backend import get_array_module, to_module
 from .base import buffer_name
 
 
@@ -64,6 +64,9 @@ class ErrorFeedback:
         """``e += x`` for buffer ``name`` (created as zeros on first use); returns ``e``."""
         key = buffer_name(name)
         residual = self._residuals.get(key)
+        if residual is not None and get_array_module(residual) is not get_array_module(x):
+            # restored from a checkpoint (host arrays) for a run on the GPU, or the other way round
+            residual = self._residuals[key] = to_module(residual, get_array_module(x))
         if residual is None:
             residual = self._residuals[key] = get_array_module(x).zeros(x.shape, dtype=x.dtype)
         elif residual.shape != x.shape or residual.dtype != x.dtype:

@@ -99,6 +99,13 @@ def device_of(array):
     return array.device
 
 
+def to_module(array, xp):
+    """``array`` as an array of module ``xp`` (numpy or CuPy), copied across only when it lives in the other."""
+    if get_array_module(array) is xp:
+        return array
+    return to_host(array) if is_numpy(xp) else xp.asarray(array)
+
+
 def cholesky(xp, matrix):
     """Lower Cholesky factor of a symmetric positive definite matrix."""
     if is_numpy(xp):

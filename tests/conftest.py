@@ -65,3 +65,13 @@ def comm():
 def gather_messages(comm, error):
     """Every rank's error message, gathered to all ranks."""
     return comm.allgather(str(error) if error is not None else None)
+
+
+def gpu_available():
+    """Whether CuPy imports and sees at least one CUDA device (the ``gpu`` tests run only then)."""
+    from mpiopt.core.backend import device_count
+    return device_count() > 0
+
+
+# For tests marked ``gpu``: ``@requires_gpu`` skips them cleanly without CuPy or a device.
+requires_gpu = pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")

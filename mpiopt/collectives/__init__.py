@@ -29,6 +29,12 @@ payloads with the reducer ``name``; it counts the bytes each call sent and
 received (``last_bytes_sent``, ``last_bytes_received``, ``bytes_sent``,
 ``bytes_received``).
 
+Every reducer takes CuPy arrays as well as numpy arrays (results are then
+CuPy arrays): the buffers are staged through pinned host memory, or handed to
+MPI as they are when MPI is CUDA-aware and the algorithm is MPI's own
+(``get_reducer(..., cuda_aware=None|True|False)``; ``MPIOPT_CUDA_AWARE=0/1``);
+see :mod:`.device`.
+
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
@@ -44,13 +50,17 @@ from .auto import AutoReducer
 from .async_server import AsyncParameterServer, ParameterServerTimeout
 from .base import DTYPES, OPS, Reducer
 from .compressed import CompressedReducer
+from .device import cuda_aware as resolve_cuda_aware, detect_cuda_aware, parse_setting
 
 
 REDUCERS = RegistryView("reducer", "REDUCERS")  # name -> class, a live view of the registry
 
 
-def get_reducer(name="auto", comm=None, compressor=None, **options):
+def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **options):
     """A reducer by registered name (see the module docstring); ``options`` go to its constructor.
+
+    ``cuda_aware`` (True, False, or None: the ``MPIOPT_CUDA_AWARE`` environment variable, else what
+    MPI says) decides whether CuPy buffers may go to MPI as they are (see :mod:`.device`).
 
     With ``compressor`` (a registered compressor name or object) a :class:`CompressedReducer` over
     the reducer ``name``: ``error_feedback`` (None: by the compressor), ``mode`` and ``check`` are its
@@ -59,15 +69,20 @@ def get_reducer(name="auto", comm=None, compressor=None, **options):
         reducer_class = lookup("reducer", name)
     except RegistryError as error:
         raise RegistryError(f"unknown reducer {name!r}; {error}") from None
+    parse_setting(cuda_aware, "cuda_aware")  # before any communicator is made
     if compressor is not None:
-        return CompressedReducer(name, comm, compressor, **options)
+        return CompressedReducer(name, comm, compressor, cuda_aware=cuda_aware, **options)
     if "error_feedback" in options:
         raise TypeError("error_feedback needs a compressor: get_reducer(name, comm, compressor=..., "
                         "error_feedback=...)")
-    return reducer_class(comm=comm, **options)
+    reducer = reducer_class(comm=comm, **options)
+    if cuda_aware is not None:
+        reducer.cuda_aware = cuda_aware
+    return reducer
 
 
 __all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES", "HierarchicalReducer",
            "MPIReducer", "OPS", "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS",
            "RecursiveDoublingReducer", "Reducer", "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer",
-           "ShardedParameterServerReducer", "chunk_bounds", "get_reducer"]
+           "ShardedParameterServerReducer", "chunk_bounds", "detect_cuda_aware", "get_reducer",
+           "resolve_cuda_aware"]

@@ -16,6 +16,10 @@ The other operations go the same way, by the bytes they move:
 ``reduce_scatter`` and ``allgather``/``allgatherv`` (by the size of the
 gathered vector) call the chosen reducer's, so the costs are those of
 ``mpi``, ``hier`` or ``ring``.
+
+CuPy buffers (:mod:`.device`): with a CUDA-aware MPI those below
+``small_bytes`` go to MPI as they are (``small="mpi"``); the others, and all
+of them without CUDA-aware MPI, are staged through pinned host memory.
 """
 from mpi4py import MPI
 
@@ -58,6 +62,9 @@ class AutoReducer(Reducer):
     def choose(self, nbytes):
         """The reducer used for a buffer of ``nbytes``."""
         return self.small if nbytes < self.small_bytes else self.large
+
+    def _direct_capable(self, nbytes):
+        return self.choose(nbytes).direct_capable
 
     def _allreduce_into(self, source, out, ufunc):
         self.choose(out.nbytes)._allreduce_into(source, out, ufunc)

@@ -30,7 +30,7 @@ fallbacks cost one all-reduce of the reducer's own algorithm plus a copy of
 n/p elements (``reduce_scatter``), or MPI_Allgatherv, about
 log2(p) alpha + (p-1)/p n beta (``allgather``, ``allgatherv``).
 
-Buffers are contiguous numpy arrays of float64, float32, float16, int32, int64,
+Buffers are contiguous numpy (or CuPy) arrays of float64, float32, float16, int32, int64,
 uint8 or int8; ops are sum, max, min and mean (mean for floating types only).
 Integer sums wrap around as numpy's (and MPI's) do.  The data travel as raw
 bytes and are reduced with numpy, so every dtype takes the same path.  Scratch
@@ -49,13 +49,19 @@ exchange the lengths anyway, so they always check, at no extra cost.
 
 Each reducer class also carries its cost model, :meth:`Reducer.model`: the
 alpha-beta-gamma prediction of one all-reduce (see :mod:`.models`).
+
+CuPy arrays are accepted wherever numpy arrays are, and the results are CuPy
+arrays then: the hooks see pinned host copies (staged), or the device buffers
+themselves when MPI is CUDA-aware and the reducer is ``direct_capable`` (its
+hooks only call MPI, as ``mpi``'s do).  See :mod:`.device`.
 """
 import numpy as np
 from mpi4py import MPI
 
-from ..core.backend import Scratch
+from ..core.backend import Scratch, get_array_module
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.partition import offsets
+from . import device
 
 DTYPES = (np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8)
 DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(DTYPES, start=1)}
@@ -83,6 +89,7 @@ class Reducer:
     """
 
     name = "base"
+    direct_capable = False  # the hooks only call MPI: a CUDA-aware MPI can take device buffers as they are
 
     def __init__(self, comm=None, check=True):
         self.comm = resolve_comm(comm).Dup()
@@ -90,6 +97,38 @@ class Reducer:
         self.size = self.comm.Get_size()
         self.check = check
         self._scratch = Scratch()
+        self._cuda_aware = None  # resolved at the first call with device buffers (mpiopt.collectives.device)
+        self._pinned = None
+
+    # -- device buffers (mpiopt.collectives.device) -------------------------
+    @property
+    def cuda_aware(self):
+        """Whether device buffers go to MPI as they are (where the algorithm allows): the setting given,
+        else ``MPIOPT_CUDA_AWARE``, else what MPI says."""
+        if self._cuda_aware is None:
+            self._cuda_aware = device.cuda_aware()
+        return self._cuda_aware
+
+    @cuda_aware.setter
+    def cuda_aware(self, setting):
+        """True or False forces it; None (or "auto") goes back to the environment variable and detection."""
+        self._cuda_aware = device.cuda_aware(setting)
+
+    @property
+    def pinned(self):
+        """This reducer's pinned host buffers for staging device arrays (made at first use)."""
+        if self._pinned is None:
+            self._pinned = device.PinnedBuffers()
+        return self._pinned
+
+    def _direct_capable(self, nbytes):
+        """Whether the algorithm used for ``nbytes`` can take device buffers (``auto`` asks its choice)."""
+        return self.direct_capable
+
+    def _on_wire(self, source, out, nbytes=None):
+        """The context of :func:`mpiopt.collectives.device.on_wire` for this reducer; ``nbytes`` (default
+        ``out``'s) is the size by which the algorithm is chosen, as the hook will choose it."""
+        return device.on_wire(self, source, out, self._direct_capable(out.nbytes if nbytes is None else nbytes))
 
     @classmethod
     def model(cls, p, nbytes, fitted):
@@ -113,8 +152,8 @@ class Reducer:
 
     @staticmethod
     def _array_problem(array, what):
-        if not isinstance(array, np.ndarray):
-            return f"{what} must be a numpy array, got {type(array).__name__}"
+        if not (isinstance(array, np.ndarray) or device.is_device_array(array)):
+            return f"{what} must be a numpy array (or a CuPy array), got {type(array).__name__}"
         if array.dtype not in DTYPE_CODES:
             return (f"dtype {array.dtype} is not supported; use one of "
                     f"{', '.join(np.dtype(t).name for t in DTYPES)}")
@@ -131,9 +170,11 @@ class Reducer:
         if op == "mean" and sendbuf.dtype.kind != "f":
             return f"op 'mean' needs a floating dtype, got {sendbuf.dtype}; use 'sum'"
         if recvbuf is not None and recvbuf is not sendbuf:
-            if not isinstance(recvbuf, np.ndarray) or recvbuf.dtype != sendbuf.dtype \
+            if device.is_device_array(recvbuf) != device.is_device_array(sendbuf) \
+                    or self._array_problem(recvbuf, "recvbuf") or recvbuf.dtype != sendbuf.dtype \
                     or recvbuf.size != sendbuf.size or not recvbuf.flags.c_contiguous:
-                return (f"recvbuf must be a C-contiguous {sendbuf.dtype} array of {sendbuf.size} elements, "
+                return (f"recvbuf must be a C-contiguous {sendbuf.dtype} array of {sendbuf.size} elements "
+                        f"on the {'device' if device.is_device_array(sendbuf) else 'host'}, as sendbuf, "
                         f"got {getattr(recvbuf, 'dtype', type(recvbuf).__name__)} of "
                         f"{getattr(recvbuf, 'size', '?')}")
         return None
@@ -166,7 +207,7 @@ class Reducer:
             problem = self._local_problem(sendbuf, recvbuf, op)
             if problem:
                 raise ValueError(f"rank {self.rank}: {problem}")
-        out = np.empty_like(sendbuf) if recvbuf is None else recvbuf
+        out = get_array_module(sendbuf).empty_like(sendbuf) if recvbuf is None else recvbuf
         return out.reshape(-1)
 
     def _gather_lengths(self, array, problem, operation, count=-1):
@@ -196,9 +237,10 @@ class Reducer:
         out = self._prepare(sendbuf, recvbuf, op)
         source = sendbuf.reshape(-1)
         if self.size > 1 and out.size:
-            self._allreduce_into(source, out, OPS[op])
+            with self._on_wire(source, out) as (wire_source, wire_out):
+                self._allreduce_into(wire_source, wire_out, OPS[op])
         elif out is not source:
-            np.copyto(out, source)
+            get_array_module(out).copyto(out, source)
         if op == "mean":
             out /= out.dtype.type(self.size)
         return out.reshape(sendbuf.shape)
@@ -208,12 +250,14 @@ class Reducer:
         length n): elements ``offsets(n, p)[rank]`` to ``offsets(n, p)[rank + 1]``, a new 1-D array."""
         flat = self._prepare(sendbuf, None, op, "reduce_scatter")
         bounds = offsets(flat.size, self.size)
-        out = np.empty(bounds[self.rank + 1] - bounds[self.rank], dtype=sendbuf.dtype)
+        xp = get_array_module(sendbuf)
+        out = xp.empty(bounds[self.rank + 1] - bounds[self.rank], dtype=sendbuf.dtype)
         source = sendbuf.reshape(-1)
         if self.size > 1 and flat.size:
-            self._reduce_scatter_into(source, out, bounds, OPS[op])
+            with self._on_wire(source, out, source.nbytes) as (wire_source, wire_out):
+                self._reduce_scatter_into(wire_source, wire_out, bounds, OPS[op])
         else:
-            np.copyto(out, source[bounds[self.rank]:bounds[self.rank + 1]])
+            xp.copyto(out, source[bounds[self.rank]:bounds[self.rank + 1]])
         if op == "mean":
             out /= out.dtype.type(self.size)
         return out
@@ -255,17 +299,18 @@ class Reducer:
 
     def _gather(self, block, bounds):
         """Place this rank's ``block`` at ``bounds[rank]`` of a new array and gather the others."""
-        out = np.empty(bounds[-1], dtype=block.dtype)
+        out = get_array_module(block).empty(bounds[-1], dtype=block.dtype)
         out[bounds[self.rank]:bounds[self.rank + 1]] = block.reshape(-1)
         if self.size > 1 and out.size:
-            self._allgather_into(out, bounds)
+            with self._on_wire(None, out) as (_, wire_out):
+                self._allgather_into(wire_out, bounds)
         return out
 
     # -- the hooks ---------------------------------------------------------
     def _allreduce_into(self, source, out, ufunc):
         """Reduce ``source`` into ``out`` (which may be ``source``); by default copy, then in place."""
-        if out.ctypes.data != source.ctypes.data:
-            np.copyto(out, source)
+        if device.address(out) != device.address(source):
+            get_array_module(out).copyto(out, source)
         self._allreduce_inplace(out, ufunc)
 
     def _allreduce_inplace(self, buffer, ufunc):
@@ -288,6 +333,8 @@ class Reducer:
     def close(self):
         """Release scratch buffers, the private communicator and anything else the reducer owns."""
         self._scratch.clear()
+        if self._pinned is not None:
+            self._pinned.clear()
         if self.comm != MPI.COMM_NULL:
             self.comm.Free()
             self.comm = MPI.COMM_NULL

@@ -50,14 +50,24 @@ checks (one MPI_Allreduce of three integers when ``check``) are not counted.
 
 ``reduce_scatter``, ``allgather`` and ``allgatherv`` go to the inner reducer
 uncompressed (exact, not counted).
+
+**CuPy buffers.**  With a CuPy ``sendbuf`` the compressor runs on the GPU
+(its kernels, :mod:`mpiopt.kernels.compress`) and the payloads stay there; only
+their movement touches the host: the inner reducer stages them through pinned
+memory, or hands them to a CUDA-aware MPI as they are (``mpi`` inner reducer,
+and the two-pass all-to-all), as :mod:`.device` describes.  Payloads are
+summed (``allreduce`` mode) by the inner reducer's host algorithm on the staged
+copies, so a CuPy call moves and adds the same bytes as a numpy one.
 """
 import numpy as np
 from mpi4py import MPI
 
 from ..compression import ErrorFeedback, get_compressor, pack, unpack
 from ..compression.base import Compressor
+from ..core.backend import get_array_module
 from ..core.partition import offsets
 from ..core.registry import lookup
+from . import device
 from .base import Reducer
 
 MODES = ("auto", "allreduce", "allgather", "two-pass")
@@ -100,15 +110,18 @@ class CompressedReducer(Reducer):
     name = "compressed"
 
     def __init__(self, reducer="ring", comm=None, compressor="none", error_feedback=None, mode="auto",
-                 check=True, **options):
+                 check=True, cuda_aware=None, **options):
         super().__init__(comm, check)
         self.inner = None
         try:
+            device.parse_setting(cuda_aware, "cuda_aware")
             base, inner_options = self._build_compressor(compressor, options)
             self.error_feedback = base.error_feedback if error_feedback is None else bool(error_feedback)
             self.compressor = ErrorFeedback(base) if self.error_feedback else base
             self.mode = self._resolve_mode(mode, base)
             self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **inner_options)
+            if cuda_aware is not None:
+                self.cuda_aware = cuda_aware
         except Exception:
             self.close()
             raise
@@ -142,6 +155,13 @@ class CompressedReducer(Reducer):
             raise ValueError(f"compressor {compressor.name!r} is not linear: its payloads cannot be summed "
                              "as they travel; use mode 'allgather' or 'two-pass'")
         return mode
+
+    def _set_cuda_aware(self, setting):
+        Reducer.cuda_aware.fset(self, setting)
+        if self.inner is not None:  # the payloads move through the inner reducer
+            self.inner.cuda_aware = self._cuda_aware
+
+    cuda_aware = property(Reducer.cuda_aware.fget, _set_cuda_aware, doc=Reducer.cuda_aware.__doc__)
 
     # -- counters -------------------------------------------------------------
     def reset_counters(self):
@@ -187,7 +207,8 @@ class CompressedReducer(Reducer):
     def _sum(self, payload_array):
         """The sum over ranks of one linear payload array, by the inner reducer's algorithm, in place."""
         if self.size > 1 and payload_array.size:
-            self.inner._allreduce_into(payload_array, payload_array, np.add)
+            with self.inner._on_wire(payload_array, payload_array) as (source, out):
+                self.inner._allreduce_into(source, out, np.add)
         self._count(ring_allreduce_bytes(payload_array.size, payload_array.itemsize, self.size, self.rank))
         return payload_array
 
@@ -235,14 +256,16 @@ class CompressedReducer(Reducer):
                   for j in range(p)]
         sizes = [ctx.payload_bytes for _, ctx in worker]
         mine = sizes[rank]
-        received = np.empty(p * mine, dtype=np.uint8)
-        self.comm.Alltoallv([pack(tuple(a for payload, _ in worker for a in payload)), sizes,
-                             np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist(), MPI.BYTE],
-                            [received, [mine] * p, [i * mine for i in range(p)], MPI.BYTE])
+        xp = get_array_module(x)
+        received = xp.empty(p * mine, dtype=np.uint8)
+        sending = pack(tuple(a for payload, _ in worker for a in payload))
+        with device.on_wire(self, sending, received, True) as (send, receive):  # MPI only: direct-capable
+            self.comm.Alltoallv([send, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist(),
+                                 MPI.BYTE], [receive, [mine] * p, [i * mine for i in range(p)], MPI.BYTE])
         self._count((sum(sizes) - mine, (p - 1) * mine))
         ctx = worker[rank][1]
         chunk_sum = self._decode_sum((unpack(received[i * mine:(i + 1) * mine], ctx) for i in range(p)), ctx,
-                                     np.empty(bounds[rank + 1] - bounds[rank], dtype=x.dtype))
+                                     xp.empty(bounds[rank + 1] - bounds[rank], dtype=x.dtype))
         server_payload, _ = self.compressor.compress(chunk_sum, f"{key}/server{rank}", step)
         server = [self.compressor.context((bounds[j + 1] - bounds[j],), x.dtype, f"{key}/server{j}", step)
                   for j in range(p)]

@@ -23,14 +23,36 @@ shard instead would tie the sequence to the number of ranks.)
 
 Cost: one permutation of n indices per epoch (cached), O(B / p) per batch; no
 communication after the constructor.
+
+The indices are always numpy arrays, drawn on the host, so a run on the GPU
+visits the samples in exactly the order of a run on the CPU; :func:`take`
+reads the rows of numpy or CuPy data (the indices then go to the device, B / p
+integers per batch; the data stay there).
 """
 import numpy as np
 
+from ..core.backend import get_array_module
 from ..core.comm import check_collectively, first_problem, resolve_comm
 from ..core.partition import row_range
 from ..core.random import random_stream, seed_problem
 
 SETTINGS = ("n_samples", "batch_size", "seed", "shuffle", "drop_last")
+
+
+def take(indices, *arrays):
+    """The rows ``indices`` (host integers, a sampler's batch) of each array, on the array's side: numpy
+    fancy indexing for numpy arrays; for CuPy arrays the indices are copied to the device once."""
+    on_device = {}
+    rows = []
+    for array in arrays:
+        xp = get_array_module(array)
+        if xp is np:
+            rows.append(array[indices])
+        else:
+            if xp not in on_device:
+                on_device[xp] = xp.asarray(indices)
+            rows.append(array[on_device[xp]])
+    return tuple(rows)
 
 
 def _is_count(value, least):

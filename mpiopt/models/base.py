@@ -19,11 +19,21 @@ A model provides:
 
 ``X`` is a dense 2-D array of ``n_features`` columns; classification labels
 are integers in ``[0, n_classes)``, regression targets floats.
+
+**Backends.**  The models follow their arrays: with numpy parameters and data
+they compute with numpy, with CuPy ones on the GPU (``xp =
+get_array_module(params)`` on the data path; the heads use scipy.special or
+cupyx.scipy.special).  Parameters and data must then be on the same side; the
+gradient comes back where they are.  ``init_params`` always draws on the host
+(numpy, seeded), so a GPU run starts from the same point: move it with
+``cupy.asarray``.
 """
 import math
 import numbers
 
 import numpy as np
+
+from ..core.backend import get_array_module
 
 
 def check_count(model, what, value, least):
@@ -103,21 +113,21 @@ class Model:
         return self.loss_and_grad(params, X, y)[0]
 
     def check_params(self, params):
-        params = np.asarray(params, dtype=np.float64)
+        params = get_array_module(params).asarray(params, dtype=np.float64)
         if params.shape != (self.n_params,):
             raise ValueError(f"{self.name}: params must be a flat vector of n_params={self.n_params} entries, "
                              f"got shape {params.shape}")
         return params
 
     def check_inputs(self, X):
-        X = np.asarray(X, dtype=np.float64)
+        X = get_array_module(X).asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise ValueError(f"{self.name}: X must be a 2-D array of n_features={self.n_features} columns, "
                              f"got shape {X.shape}")
         return X
 
     def check_targets(self, y, rows):
-        y = np.asarray(y)
+        y = get_array_module(y).asarray(y)
         if y.shape != (rows,):
             raise ValueError(f"{self.name}: y must hold one target per row of X ({rows}), got shape {y.shape}")
         if self.n_classes is None:
@@ -138,7 +148,7 @@ class Model:
         if not self.alpha:
             return loss
         for weight, weight_grad in zip(weights, weight_grads):
-            loss += 0.5 * self.alpha * float(np.vdot(weight, weight))
+            loss += 0.5 * self.alpha * float(get_array_module(weight).vdot(weight, weight))
             weight_grad += self.alpha * weight
         return loss
 
@@ -159,7 +169,7 @@ class LinearModel(Model):
         raise NotImplementedError
 
     def init_params(self, seed):
-        return np.zeros(self.n_params)
+        return np.zeros(self.n_params)  # on the host, as every model's (see the module docstring)
 
     def scores(self, params, X):
         coef, intercept = self.views(self.check_params(params))
@@ -167,10 +177,11 @@ class LinearModel(Model):
 
     def loss_and_grad(self, params, X, y):
         params, X, y = self.check_batch(params, X, y)
+        xp = get_array_module(params)
         coef, intercept = self.views(params)
         loss, score_grad = self.head(X @ coef + intercept, y)
-        grad = np.empty(self.n_params)
+        grad = xp.empty(self.n_params)
         coef_grad, intercept_grad = self.views(grad)
-        np.matmul(X.T, score_grad, out=coef_grad)
-        np.sum(score_grad, axis=0, out=intercept_grad)
+        xp.matmul(X.T, score_grad, out=coef_grad)
+        xp.sum(score_grad, axis=0, out=intercept_grad)
         return self.add_penalty(loss, [coef], [coef_grad]), grad

@@ -10,11 +10,11 @@ computed as ``logaddexp(0, s)``, never overflowing.  Parameters
 ``[w (n_features), b]``; O(n d) per call.
 """
 import numpy as np
-from scipy.special import expit
 
+from ..core.backend import get_array_module
 from ..core.registry import register
 from .base import LinearModel
-from .heads import binary_cross_entropy
+from .heads import binary_cross_entropy, special
 
 
 @register("model", "logistic")
@@ -31,7 +31,9 @@ class LogisticRegression(LinearModel):
     def predict_proba(self, params, X):
         """Columns P(y = 0 | x), P(y = 1 | x), as scikit-learn orders them."""
         scores = self.scores(params, X)
-        return np.column_stack([expit(-scores), expit(scores)])
+        xp = get_array_module(scores)
+        expit = special(xp).expit
+        return xp.column_stack([expit(-scores), expit(scores)])
 
     def predict(self, params, X):
         return (self.scores(params, X) > 0).astype(np.int64)

@@ -23,12 +23,12 @@ fan_in fan_out), twice over (forward and backward); memory: every layer's
 activations for the batch.
 """
 import numpy as np
-from scipy.special import softmax
 
+from ..core.backend import get_array_module
 from ..core.random import random_stream
 from ..core.registry import register
 from .base import Model, check_count
-from .heads import softmax_cross_entropy, squared_error
+from .heads import softmax_cross_entropy, special, squared_error
 
 
 @register("model", "mlp")
@@ -59,7 +59,7 @@ class MLP(Model):
         return list(zip(blocks[0::2], blocks[1::2]))
 
     def init_params(self, seed):
-        params = np.zeros(self.n_params)
+        params = np.zeros(self.n_params)  # on the host, seeded; a GPU run moves it (cupy.asarray)
         stream = random_stream(seed, "init_params")
         layers = self.layers(params)
         for number, (weight, _) in enumerate(layers):
@@ -80,12 +80,13 @@ class MLP(Model):
 
     def forward_by_layer(self, fetch, X):
         """The inputs of every layer, [X, h_1, ..., h_{L-1}], and the output scores s; layer l read from ``fetch(l)``."""
+        xp = get_array_module(X)
         activations = [X]
         for number in range(len(self.hidden)):
             weight, bias = self.layer_views(number, fetch(number))
             hidden = activations[-1] @ weight
             hidden += bias
-            np.maximum(hidden, 0.0, out=hidden)
+            xp.maximum(hidden, 0.0, out=hidden)
             activations.append(hidden)
         weight, bias = self.layer_views(len(self.hidden), fetch(len(self.hidden)))
         return activations, activations[-1] @ weight + bias
@@ -100,6 +101,7 @@ class MLP(Model):
         complete, and ``ready(l)`` called, before the backward pass moves on to layer l - 1."""
         X = self.check_inputs(X)
         y = self.check_targets(y, X.shape[0])
+        xp = get_array_module(X)
         activations, scores = self.forward_by_layer(fetch, X)
         if self.n_classes is None:
             loss, score_grad = squared_error(scores[:, 0], y)
@@ -110,10 +112,10 @@ class MLP(Model):
         for number in reversed(range(len(activations))):
             weight, _ = self.layer_views(number, fetch(number))
             weight_grad, bias_grad = self.layer_views(number, grad_of(number))
-            np.matmul(activations[number].T, delta, out=weight_grad)
-            np.sum(delta, axis=0, out=bias_grad)
+            xp.matmul(activations[number].T, delta, out=weight_grad)
+            xp.sum(delta, axis=0, out=bias_grad)
             if self.alpha:
-                penalties.append(0.5 * self.alpha * float(np.vdot(weight, weight)))
+                penalties.append(0.5 * self.alpha * float(xp.vdot(weight, weight)))
                 weight_grad += self.alpha * weight
             ready(number)
             if number:
@@ -125,7 +127,7 @@ class MLP(Model):
 
     def loss_and_grad(self, params, X, y):
         params, X, y = self.check_batch(params, X, y)
-        grad = np.empty(self.n_params)
+        grad = get_array_module(params).empty(self.n_params)
         bounds = self.layer_bounds()
         loss, _ = self.loss_and_grad_by_layer(lambda number: params[slice(*bounds[number])], X, y,
                                               lambda number: grad[slice(*bounds[number])], lambda number: None)
@@ -137,9 +139,10 @@ class MLP(Model):
     def predict_proba(self, params, X):
         if self.n_classes is None:
             raise ValueError("predict_proba needs a classifier: this MLP is a regression (n_classes=None)")
-        return softmax(self.scores(params, X), axis=1)
+        scores = self.scores(params, X)
+        return special(get_array_module(scores)).softmax(scores, axis=1)
 
     def predict(self, params, X):
         """Class labels (classification) or fitted values (regression)."""
         scores = self.scores(params, X)
-        return scores[:, 0] if self.n_classes is None else np.argmax(scores, axis=1)
+        return scores[:, 0] if self.n_classes is None else get_array_module(scores).argmax(scores, axis=1)

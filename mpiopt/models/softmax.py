@@ -10,12 +10,10 @@ the penalty removes); it minimizes Cn times this objective when
 ``alpha = 1 / (C n)``.  log-sum-exp subtracts each row's maximum, so large
 scores never overflow.  Parameters ``[W (row-major), b]``; O(n d k) per call.
 """
-import numpy as np
-from scipy.special import softmax
-
+from ..core.backend import get_array_module
 from ..core.registry import register
 from .base import LinearModel, check_count
-from .heads import softmax_cross_entropy
+from .heads import softmax_cross_entropy, special
 
 
 @register("model", "softmax")
@@ -31,7 +29,9 @@ class SoftmaxRegression(LinearModel):
         return softmax_cross_entropy(scores, y)
 
     def predict_proba(self, params, X):
-        return softmax(self.scores(params, X), axis=1)
+        scores = self.scores(params, X)
+        return special(get_array_module(scores)).softmax(scores, axis=1)
 
     def predict(self, params, X):
-        return np.argmax(self.scores(params, X), axis=1)
+        scores = self.scores(params, X)
+        return get_array_module(scores).argmax(scores, axis=1)

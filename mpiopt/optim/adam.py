@@ -16,8 +16,7 @@ State: ``exp_avg`` (m), ``exp_avg_sq`` (v) and, with AMSGrad,
 """
 import math
 
-import numpy as np
-
+from ..core.backend import get_array_module
 from ..core.registry import register
 from .base import Optimizer, in_range
 
@@ -54,16 +53,17 @@ class Adam(Optimizer):
     def update(self, params, grad):
         if self.weight_decay:
             grad = grad + self.weight_decay * params
+        xp = get_array_module(params)
         exp_avg, exp_avg_sq = self.state["exp_avg"], self.state["exp_avg_sq"]
         exp_avg *= self.beta1
         exp_avg += (1.0 - self.beta1) * grad
         exp_avg_sq *= self.beta2
         exp_avg_sq += (1.0 - self.beta2) * (grad * grad)
         if self.amsgrad:
-            second_moment = np.maximum(self.state["max_exp_avg_sq"], exp_avg_sq, out=self.state["max_exp_avg_sq"])
+            second_moment = xp.maximum(self.state["max_exp_avg_sq"], exp_avg_sq, out=self.state["max_exp_avg_sq"])
         else:
             second_moment = exp_avg_sq
-        denominator = np.sqrt(second_moment)
+        denominator = xp.sqrt(second_moment)
         denominator /= math.sqrt(1.0 - self.beta2 ** self.steps)
         denominator += self.eps
         params -= (self.lr / (1.0 - self.beta1 ** self.steps)) * (exp_avg / denominator)

@@ -15,12 +15,19 @@ the hyperparameters (``lr``, ...) and, once a step has been taken, the state
 arrays; it survives ``numpy.savez``.  ``load_state_dict(d)`` restores all of
 them, hyperparameters included (as PyTorch does: a schedule's current ``lr``
 comes back), and a resumed run continues bit for bit.
+
+**Backends.**  ``params`` may be a CuPy array (a GPU run): the update is then
+CuPy's, the same lines (``xp = get_array_module(params)``), and the state
+arrays live on the GPU beside the parameters.  ``state_dict()`` always
+returns host (numpy) copies, so a checkpoint is the same file either way, and
+state loaded from numpy moves to the device at the next step.
 """
 import math
 import numbers
 
 import numpy as np
 
+from ..core.backend import get_array_module, to_host
 from ..core.comm import first_problem
 
 
@@ -75,21 +82,24 @@ class Optimizer:
 
     def step(self, params, grad):
         """Update ``params`` in place from ``grad``; see the module docstring."""
-        if not (isinstance(params, np.ndarray) and params.dtype == np.float64 and params.ndim == 1
-                and params.flags.writeable):
-            described = (f"a {params.ndim}-D {params.dtype} array" if isinstance(params, np.ndarray)
-                         else type(params).__name__)
-            raise ValueError(f"{self.name}: params must be a writable 1-D float64 numpy array "
+        xp = get_array_module(params)
+        array = isinstance(params, (np.ndarray, xp.ndarray))
+        if not (array and params.dtype == np.float64 and params.ndim == 1
+                and getattr(params.flags, "writeable", True)):
+            described = f"a {params.ndim}-D {params.dtype} array" if array else type(params).__name__
+            raise ValueError(f"{self.name}: params must be a writable 1-D float64 numpy array (or CuPy array) "
                              f"(it is updated in place), got {described}")
-        grad = np.asarray(grad, dtype=np.float64)
+        grad = xp.asarray(grad, dtype=np.float64)
         if grad.shape != params.shape:
             raise ValueError(f"{self.name}: grad has shape {grad.shape}, params {params.shape}")
         if self.size is None:
             self.size = params.size
-            self.state = {name: np.zeros(params.size) for name in self.state_names()}
+            self.state = {name: xp.zeros(params.size) for name in self.state_names()}
         elif self.size != params.size:
             raise ValueError(f"{self.name}: this optimizer's state is for a vector of {self.size} entries, "
                              f"got one of {params.size} (use one optimizer per shard)")
+        elif self.state and get_array_module(*self.state.values()) is not xp:
+            self.state = {name: xp.asarray(array) for name, array in self.state.items()}  # loaded on the other side
         self.steps += 1
         self.update(params, grad)
 
@@ -97,7 +107,7 @@ class Optimizer:
         """``step``, the hyperparameters and copies of the state arrays; see the module docstring."""
         entries = {"step": self.steps}
         entries.update({name: getattr(self, name) for name in self.HYPERPARAMETERS + self.FLAGS})
-        entries.update({name: array.copy() for name, array in self.state.items()})
+        entries.update({name: to_host(array).copy() for name, array in self.state.items()})
         return entries
 
     def load_state_dict(self, entries):
@@ -129,7 +139,7 @@ class Optimizer:
             raise ValueError(f"{self.name}: after {steps} steps the state dict holds "
                              f"{', '.join(expected) or 'no arrays'}; " +
                              (f"missing {', '.join(missing)}" if missing else f"unexpected {', '.join(unexpected)}"))
-        arrays = {name: np.array(values[name], dtype=np.float64) for name in expected}
+        arrays = {name: np.array(to_host(values[name]), dtype=np.float64) for name in expected}
         sizes = {name: array.shape for name, array in arrays.items()}
         if any(len(shape) != 1 for shape in sizes.values()) or len(set(sizes.values())) > 1:
             raise ValueError(f"{self.name}: state arrays must be flat and of one length, got shapes {sizes}")

@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from ..core.backend import get_array_module
 from ..core.partition import offsets
 
 
@@ -86,7 +87,7 @@ class BucketLayout:
 
     def pack(self, vector):
         """This rank's shard of a flat vector: its chunk of every bucket, packed (a new array)."""
-        packed = np.empty(self.shard_size, dtype=vector.dtype)
+        packed = get_array_module(vector).empty(self.shard_size, dtype=vector.dtype)
         for bucket in self.buckets:
             packed[slice(*bucket.packed)] = vector[slice(*bucket.chunk)]
         return packed

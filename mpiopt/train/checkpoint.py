@@ -15,11 +15,16 @@ stage and the bucket size (they fix the shards), the optimizer and the
 compressor.  ``epochs``, ``max_steps`` and ``time_limit`` are not in it, so a
 run can be resumed to go further.  A resumed run takes exactly the steps an
 uninterrupted one would have taken from there, bit for bit.
+
+A GPU run writes the same file: its CuPy arrays are copied to the host
+(``to_host``) before writing, and the digest is taken of the host bytes, so a
+checkpoint written on a GPU resumes on the CPU and the other way round.
 """
 import hashlib
 
 import numpy as np
 
+from ..core.backend import to_host
 from ..core.checkpoint import Checkpointer
 
 FORMAT = "mpiopt-train-checkpoint-1"
@@ -33,7 +38,7 @@ def train_checkpointer(path, comm, fingerprint):
 def data_digest(X, y):
     """SHA-256 of the features and the targets (their bytes, shapes and dtypes)."""
     digest = hashlib.sha256()
-    for array in (np.ascontiguousarray(X), np.ascontiguousarray(y)):
+    for array in (np.ascontiguousarray(to_host(X)), np.ascontiguousarray(to_host(y))):
         digest.update(f"{array.shape}{array.dtype}".encode())
         digest.update(array.tobytes())
     return digest.hexdigest()
@@ -53,8 +58,8 @@ def split_tree(tree, prefix=""):
         if isinstance(value, dict):
             plain[key], inner = split_tree(value, f"{prefix}{key}.")
             arrays.update(inner)
-        elif isinstance(value, np.ndarray):
-            arrays[f"{prefix}{key}"] = value
+        elif isinstance(value, np.ndarray) or hasattr(value, "__cuda_array_interface__"):
+            arrays[f"{prefix}{key}"] = to_host(value)
         else:
             plain[key] = value
     return plain, arrays

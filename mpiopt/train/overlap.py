@@ -17,6 +17,10 @@ seconds the collectives took (on the worker), ``exposed`` the seconds the main
 thread spent waiting for them, and ``hidden = communication - exposed`` the
 part that ran while the main thread computed.  Without overlap every second
 of communication is exposed.
+
+On a GPU (``device``: the CUDA device id of the run) the worker thread makes
+that device current before each collective: CuPy's current device is per
+thread, and the reducer allocates its results on the current device.
 """
 import concurrent.futures
 import time
@@ -43,8 +47,9 @@ class CommunicationQueue:
     collectives and of the waits for them.
     """
 
-    def __init__(self, overlap):
+    def __init__(self, overlap, device=None):
         self.threaded = bool(overlap) and threads_allowed()
+        self.device = device
         self.note = None
         if overlap and not self.threaded:
             self.note = (f"no overlap: MPI runs at thread level {MPI.Query_thread()}, not MPI_THREAD_MULTIPLE "
@@ -57,7 +62,12 @@ class CommunicationQueue:
 
     def _timed(self, label, task, args):
         tick = time.perf_counter()
-        value = task(*args)
+        if self.device is None:
+            value = task(*args)
+        else:
+            import cupy
+            with cupy.cuda.Device(self.device):
+                value = task(*args)
         seconds = time.perf_counter() - tick
         self.communication += seconds  # written by the one worker only; read after the waits
         self.by_label.setdefault(label, [0.0, 0.0])[0] += seconds

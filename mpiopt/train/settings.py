@@ -4,16 +4,23 @@ Defaults live here and nowhere else.  ``batch_size`` is the *global* batch:
 the ranks split each batch of the sampler between them, so a run at any rank
 count takes the same steps.  ``bucket_bytes`` scales PyTorch DDP's 25 MB
 bucket down to the models mpiopt trains.
+
+``device`` places the run (docs/train.md, "GPU"): None follows the data (CuPy
+``X`` trains on the GPU that holds it, numpy on the CPU), ``"gpu"`` moves
+numpy data to this rank's GPU (picked by local rank,
+:func:`mpiopt.core.backend.select_device`), ``"cpu"`` moves CuPy data to the host.
 """
 import dataclasses
 
 from ..collectives import REDUCERS, Reducer
+from ..core.backend import device_count
 from ..core.registry import names
 from ..core.settings import Settings, is_integer, is_number
 from ..core.threads import threads_problem
 
 BUCKET_BYTES = 1 << 20   # 1 MiB (PyTorch DDP: 25 MiB)
 ZERO_STAGES = (0, 1, 2, 3)
+DEVICES = (None, "cpu", "gpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,7 @@ class TrainSettings(Settings):
     log_every: int = 50          # with verbose, a log row every this many steps
     trace_memory: bool = False   # cross-check the byte accounting with tracemalloc (slower)
     blas_threads: int = None     # BLAS threads per rank while training (mpiopt.core.threads)
+    device: str = None           # None: where the data are (numpy: CPU, CuPy: GPU); "cpu"; "gpu": this rank's GPU
 
     def checks(self):
         """(ok, message) pairs; the first failing one is reported (see mpiopt.core.settings)."""
@@ -79,4 +87,7 @@ class TrainSettings(Settings):
             (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
             (isinstance(self.trace_memory, bool), f"trace_memory must be True or False, got {self.trace_memory!r}"),
             (threads_problem(self.blas_threads) is None, lambda: threads_problem(self.blas_threads)),
+            (self.device in DEVICES, f"device must be None, 'cpu' or 'gpu', got {self.device!r}"),
+            (lambda: self.device != "gpu" or device_count() > 0,
+             "device 'gpu' needs CuPy and a CUDA GPU; none is usable on this rank"),
         ]

@@ -26,6 +26,14 @@ SIGTERM: write one and stop).
 Cost per step and rank: the forward and backward pass over n/p rows, the
 optimizer on n_params (stage 0) or n_params/p entries (stages 1-3), the
 stage's collectives (:mod:`.zero`) and one all-reduce of seven numbers.
+
+On a GPU (CuPy data, or ``device="gpu"``) the same loop runs with the data,
+the parameters, the gradients and the optimizer state kept on the device
+across steps: the model and the optimizer compute with CuPy, the sampler's
+host indices pick the batch's rows on the device, and only the reducer's
+buffers (staged through pinned memory unless MPI is CUDA-aware) and the
+step's few numbers cross to the host.  ``TrainResult.params`` is then a CuPy
+array (``mpiopt.core.backend.to_host`` gives a numpy copy).
 """
 import dataclasses
 import time
@@ -34,11 +42,12 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import Reducer, get_reducer
+from ..core.backend import device_of, get_array_module, select_device, to_host
 from ..core.comm import resolve_comm
 from ..core.partition import row_range
 from ..core.signals import SignalFlags
 from ..core.threads import blas_threads, plan_blas_threads
-from ..data.minibatch import MinibatchSampler
+from ..data.minibatch import MinibatchSampler, take
 from .buckets import BucketLayout
 from .checkpoint import data_digest, join_tree, split_optimizer, split_tree, train_checkpointer, validate
 from .memory import MemoryAccount
@@ -69,10 +78,15 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
     give it only this rank's shard) and the same settings (see
     :class:`TrainSettings`: ``epochs``, ``batch_size`` (global), ``zero_stage``,
     ``bucket_bytes``, ``overlap``, ``reducer``, ``compressor``,
-    ``checkpoint``, ...).  ``params`` is the starting point (default
-    ``model.init_params(seed)``).  Returns a :class:`TrainResult`, the same on
-    every rank.  Invalid settings or data raise the same CollectiveError on
-    every rank.
+    ``checkpoint``, ``device``, ...).  ``params`` is the starting point (default
+    ``model.init_params(seed)``), moved to where the data are.  Returns a
+    :class:`TrainResult`, the same on every rank.  Invalid settings or data
+    raise the same CollectiveError on every rank.
+
+    The run goes where the data are: CuPy ``X_local`` and ``y_local`` train on
+    their GPU, numpy ones on the CPU; ``device="gpu"`` first moves numpy data
+    to this rank's GPU (chosen by local rank), ``device="cpu"`` moves CuPy
+    data to the host (see the module docstring).
     """
     setup_start = time.perf_counter()
     comm = resolve_comm(comm)
@@ -81,7 +95,8 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
     options = TrainSettings.collective(comm, problem, agree={"rows": None if problem else y.shape[0],
                                                              "model": repr(model), "data (replicated)": digest},
                                        **settings)
-    with blas_threads(plan_blas_threads(options.blas_threads, comm)) as threads:
+    X, y = place(options.device, comm, X, y)
+    with device_of(X), blas_threads(plan_blas_threads(options.blas_threads, comm)) as threads:
         trainer = Trainer(model, X, y, optimizer, options, comm, params, digest, train_log(
             options.verbose and comm.rank == 0, log_stream))
         try:
@@ -102,6 +117,24 @@ def _check_data(model, X, y, params):
     except ValueError as error:
         return X, y, str(error)
     return X, y, None
+
+
+def place(device, comm, X, y):
+    """(X, y) where the run goes: moved to the host for ``"cpu"``, to this rank's GPU for ``"gpu"``
+    (collective: :func:`~mpiopt.core.backend.select_device` splits ``comm`` by node), left where X is
+    for None (y joins X)."""
+    if device == "cpu":
+        return to_host(X), to_host(y)
+    if device == "gpu":
+        select_device(comm)
+        import cupy
+        return cupy.asarray(X), cupy.asarray(y)
+    return X, on_side(get_array_module(X), y)
+
+
+def on_side(xp, array):
+    """``array`` as an array of ``xp`` (numpy: ``to_host``, CuPy: ``cupy.asarray``)."""
+    return to_host(array) if xp is np else xp.asarray(array)
 
 
 def _reducer(settings, comm):
@@ -125,8 +158,10 @@ class Trainer:
         self.layout = BucketLayout(model.layer_bounds(), settings.bucket_bytes, settings.zero_stage >= 2,
                                    comm.rank, comm.size)
         self.memory = MemoryAccount(settings.trace_memory)
-        self.queue = CommunicationQueue(settings.overlap)
-        start = model.init_params(settings.seed) if params is None else params
+        self.xp = get_array_module(X)  # numpy, or CuPy: the run's arrays live where the data are
+        self.device = None if self.xp is np else X.device.id
+        self.queue = CommunicationQueue(settings.overlap, self.device)
+        start = on_side(self.xp, model.init_params(settings.seed) if params is None else params)
         self.strategy = STAGES[settings.zero_stage](model, start, self.layout, self.reducer, self.queue, self.memory)
         self.sampler = MinibatchSampler(y.shape[0], settings.batch_size, settings.seed, comm,
                                         shuffle=settings.shuffle, drop_last=settings.drop_last)
@@ -156,7 +191,7 @@ class Trainer:
         return resumed
 
     def state(self, elapsed):
-        shared, mine = self.strategy.state()
+        shared, mine = ({key: to_host(value) for key, value in part.items()} for part in self.strategy.state())
         values, arrays = split_optimizer(self.optimizer.state_dict())
         (shared if self.settings.zero_stage == 0 else mine).update(
             {f"optimizer_{key}": value for key, value in arrays.items()})
@@ -193,8 +228,9 @@ class Trainer:
         """How many of the batch's rows the model classifies right (0 for a regression)."""
         if self.model.n_classes is None or labels.size == 0:
             return 0
-        predicted = scores > 0 if scores.ndim == 1 else np.argmax(scores, axis=1)
-        return int(np.count_nonzero(predicted == labels))
+        xp = get_array_module(scores)
+        predicted = scores > 0 if scores.ndim == 1 else xp.argmax(scores, axis=1)
+        return int(xp.count_nonzero(predicted == labels))
 
     def step(self, signals):
         """One optimizer step on the sampler's next global batch; returns the ranks' StepReport."""
@@ -204,7 +240,7 @@ class Trainer:
         exposed, communication, sent = queue.exposed, queue.communication, self.strategy.bytes_sent
         strategy.begin(rows.size)
         tick = time.perf_counter()
-        X, y = self.X[rows], self.y[rows]
+        X, y = take(rows, self.X, self.y)
         loss, scores = self.model.loss_and_grad_by_layer(strategy.fetch, X, y, strategy.grad_of, strategy.ready)
         correct = self.correct(scores, y)
         strategy.finish(global_rows)
@@ -298,7 +334,7 @@ class Trainer:
         """(loss, accuracy) over the whole training set at ``params``, each rank taking its rows (collective)."""
         start, stop = row_range(self.y.shape[0], self.comm.rank, self.comm.size)
         X, y = self.X[start:stop], self.y[start:stop]
-        correct = int(np.count_nonzero(self.model.predict(params, X) == y)) if self.model.n_classes else 0
+        correct = int(self.xp.count_nonzero(self.model.predict(params, X) == y)) if self.model.n_classes else 0
         sums = np.array([self.model.loss(params, X, y) * (stop - start), correct])
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
         rows = self.y.shape[0]
@@ -311,7 +347,8 @@ class Trainer:
                 "rows": int(self.y.shape[0]), "steps_per_epoch": self.sampler.steps_per_epoch,
                 "optimizer": repr(self.optimizer), "reducer": self.reducer.name, "compressor": s.compressor,
                 "overlap": self.queue.threaded, "zero_stage": s.zero_stage, "buckets": self.layout.describe(),
-                "data": "replicated", "settings": s.as_dict(), "notes": notes}
+                "data": "replicated", "device": "cpu" if self.device is None else f"gpu {self.device}",
+                "settings": s.as_dict(), "notes": notes}
 
     def timings(self, setup_time, train_time):
         queue = self.queue

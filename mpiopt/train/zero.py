@@ -34,10 +34,16 @@ Every collective goes through the reducer, on the communication queue of
 :mod:`.overlap`, in the same order on every rank; a bucket's reduction
 starts as soon as the backward pass has finished it (the queue may run it on
 a background thread while the backward pass goes on).
+
+On a GPU the parameters, gradients, buckets, shards and gathered layers are
+CuPy arrays (``self.xp``, the module of the starting parameters), the same
+lines as on the CPU; the reducer stages them through pinned host memory or
+hands them to a CUDA-aware MPI (:mod:`mpiopt.collectives.device`).
 """
 import numpy as np
 
 from ..collectives import CompressedReducer
+from ..core.backend import get_array_module
 from ..collectives.compressed import ring_allgather_bytes, ring_allreduce_bytes
 from ..core.partition import offsets
 
@@ -67,7 +73,8 @@ class Replicated:
         # (exact for the ring reducers, a model for the others, as the compressed reducer counts).
         self.bytes_sent = 0
         self.compressed = isinstance(reducer, CompressedReducer)
-        self.setup_params(np.array(params, dtype=np.float64))
+        self.xp = get_array_module(params)  # numpy, or CuPy on a GPU: every array of the strategy lives there
+        self.setup_params(self.xp.array(params, dtype=np.float64))
         self.setup_gradients()
 
     # -- parameters ---------------------------------------------------------------
@@ -84,11 +91,11 @@ class Replicated:
         return self.params.copy()
 
     def load_params(self, params):
-        self.params[...] = params
+        self.params[...] = self.xp.asarray(params)
 
     # -- gradients ----------------------------------------------------------------
     def setup_gradients(self):
-        self.grad = np.empty(self.layout.count)
+        self.grad = self.xp.empty(self.layout.count)
         self.memory.set("gradients", self.grad)
 
     def begin(self, rows):
@@ -186,7 +193,7 @@ class ShardedGradients(ShardedOptimizer):
     stage = 2
 
     def setup_gradients(self):
-        self.grad_shard = np.empty(self.layout.shard_size)
+        self.grad_shard = self.xp.empty(self.layout.shard_size)
         self.memory.set("gradients", self.grad_shard)
         self.layer_grads = {}   # layer: its gradient buffer, until ready
         self.in_flight = []     # (buffer bytes, handles) of layers whose buckets are being reduced
@@ -195,7 +202,7 @@ class ShardedGradients(ShardedOptimizer):
         while len(self.in_flight) > 1:  # one layer in flight while the next is computed
             self.release_oldest()
         start, stop = self.bounds[layer]
-        buffer = np.empty(stop - start)
+        buffer = self.xp.empty(stop - start)
         self.memory.add(buffer.nbytes)
         self.layer_grads[layer] = buffer
         return buffer
@@ -265,7 +272,7 @@ class ShardedParameters(ShardedGradients):
         if layer in self.gathered:
             return
         start, stop = self.bounds[layer]
-        buffer = np.empty(stop - start)
+        buffer = self.xp.empty(stop - start)
         self.memory.add(buffer.nbytes)
         handles = [self.queue.submit(("gather", bucket.index), self.gather_bucket, self.param_shard, bucket,
                                      buffer[bucket.start - start:bucket.stop - start])
@@ -289,7 +296,7 @@ class ShardedParameters(ShardedGradients):
         self.memory.set("optimizer_state", *optimizer.state.values())
 
     def full_params(self):
-        params = np.empty(self.layout.count)
+        params = self.xp.empty(self.layout.count)
         for bucket in self.layout.buckets:
             self.queue.submit(("gather", bucket.index), self.gather_bucket, self.param_shard, bucket,
                               params[bucket.start:bucket.stop])
@@ -297,7 +304,7 @@ class ShardedParameters(ShardedGradients):
         return params
 
     def load_params(self, params):
-        self.param_shard[...] = params
+        self.param_shard[...] = self.xp.asarray(params)
 
     def state(self):
         return {}, {"params": self.param_shard}

@@ -52,6 +52,7 @@ import weakref
 import numpy as np
 from mpi4py import MPI
 
+from ..core.backend import to_host
 from ..core.comm import check_collectively, resolve_comm
 from .base import DTYPE_CODES
 from .tags import ASYNC_DONE as TAG_DONE, ASYNC_MODEL as TAG_MODEL, ASYNC_PULL as TAG_PULL, ASYNC_PUSH as TAG_PUSH
@@ -166,9 +167,10 @@ class AsyncParameterServer:
         return self._message[HEADER:].view(self.dtype).copy(), int(self._message[:HEADER].view(np.int64)[0])
 
     def push(self, update, version=-1):
-        """Send an update computed from model ``version`` (-1: unknown); returns at once after the send."""
+        """Send an update computed from model ``version`` (-1: unknown; a numpy or CuPy array, which is
+        copied to the host); returns at once after the send."""
         self._require_worker("push")
-        update = np.asarray(update)
+        update = np.asarray(to_host(update))  # a CuPy update is staged through the host
         if update.size != self.size:
             raise ValueError(f"rank {self.rank}: update has {update.size} elements, the model has {self.size}")
         self.comm.Send(self._pack(version, update.reshape(-1)), self.server, TAG_PUSH)

@@ -41,6 +41,7 @@ import math
 
 import numpy as np
 
+from ..core.backend import get_array_module, to_module
 from ..core.random import random_stream, seed_problem
 from ..core.registry import register
 from .base import Compressor, buffer_name
@@ -69,7 +70,7 @@ def matrix_shape(shape):
 
 def orthonormal(p):
     """An orthonormal basis of the columns of ``p`` (reduced QR; deterministic for the same ``p``)."""
-    return np.linalg.qr(p, mode="reduced")[0]
+    return get_array_module(p).linalg.qr(p, mode="reduced")[0]
 
 
 @register("compressor", "powersgd")
@@ -113,13 +114,13 @@ class PowerSGD(Compressor):
     def compress_q(self, p_sum, state):
         """Round 2: orthogonalize the summed P into ``state.p_hat``; the payload (Q_i,) = (M_i^T P^,)."""
         info = state.ctx.info
-        state.p_hat = orthonormal(np.asarray(p_sum).reshape(info["rows"], info["rank"]))
+        state.p_hat = orthonormal(p_sum.reshape(info["rows"], info["rank"]))
         return ((state.matrix.T @ state.p_hat).reshape(-1),)
 
     def decompress_q(self, q_sum, state, out=None):
         """P^ Q^T from the summed Q (into ``out``); Q becomes the buffer's next warm start."""
         info = state.ctx.info
-        q = np.asarray(q_sum).reshape(info["cols"], info["rank"])
+        q = q_sum.reshape(info["cols"], info["rank"])
         self._q[state.ctx.name] = q.copy()
         return self.decompress((state.p_hat.reshape(-1), q.reshape(-1)), state.ctx, out)
 
@@ -134,18 +135,19 @@ class PowerSGD(Compressor):
 
     def _round_one(self, flat, ctx):
         matrix = self.matrix(flat, ctx)
-        return ((matrix @ self.start_q(ctx)).reshape(-1),), PowerSGDRound(ctx, matrix)
+        return ((matrix @ self.start_q(ctx, get_array_module(flat))).reshape(-1),), PowerSGDRound(ctx, matrix)
 
     def decode(self, payload, ctx, flat_out):
+        xp = get_array_module(flat_out)
         if not ctx.info["compressed"]:
-            np.copyto(flat_out, payload[0])
+            xp.copyto(flat_out, payload[0])
             return
         rows, cols, r = ctx.info["rows"], ctx.info["cols"], ctx.info["rank"]
         p_hat, q = payload[0].reshape(rows, r), payload[1].reshape(cols, r)
         if rows * cols == flat_out.size:
-            np.matmul(p_hat, q.T, out=flat_out.reshape(rows, cols))
+            xp.matmul(p_hat, q.T, out=flat_out.reshape(rows, cols))
         else:
-            np.copyto(flat_out, (p_hat @ q.T).reshape(-1)[:flat_out.size])
+            xp.copyto(flat_out, (p_hat @ q.T).reshape(-1)[:flat_out.size])
 
     # -- state ---------------------------------------------------------------
     def matrix(self, flat, ctx):
@@ -153,18 +155,19 @@ class PowerSGD(Compressor):
         rows, cols = ctx.info["rows"], ctx.info["cols"]
         if rows * cols == flat.size:
             return flat.reshape(rows, cols)
-        padded = np.zeros(rows * cols, dtype=flat.dtype)
+        padded = get_array_module(flat).zeros(rows * cols, dtype=flat.dtype)
         padded[:flat.size] = flat
         return padded.reshape(rows, cols)
 
-    def start_q(self, ctx):
-        """This step's Q: the warm start of ``ctx.name``, or a new draw (the same on every rank)."""
+    def start_q(self, ctx, xp=np):
+        """This step's Q: the warm start of ``ctx.name``, or a new draw (the same on every rank), in module
+        ``xp`` (drawn on the host, then copied to the device: the same Q on either)."""
         shape = (ctx.info["cols"], ctx.info["rank"])
         q = self._q.get(ctx.name) if self.warm_start else None
         if q is None or q.shape != shape:  # first call, or the buffer changed shape: start again
             purpose = ("powersgd", ctx.name) if self.warm_start else ("powersgd", ctx.name, ctx.step)
             q = random_stream(self.seed, *purpose).standard_normal(shape)
-        return q.astype(ctx.dtype, copy=False)
+        return to_module(q, xp).astype(ctx.dtype, copy=False)
 
     def state_dict(self):
         """The warm-start Q of every buffer name (copies), for checkpoints."""

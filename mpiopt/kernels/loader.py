@@ -18,7 +18,15 @@ NVRTC_OPTIONS = ("--std=c++17",)
 
 
 def _folder():
-    return importlib.resources.files(PACKAGE)
+    """Where the CUDA sources are: the installed package data, or ``kernels/`` of a source checkout
+    (mpiopt imported from the repository itself, as the tests do, shadows the installed copy)."""
+    try:
+        return importlib.resources.files(PACKAGE)
+    except ModuleNotFoundError:
+        checkout = Path(__file__).resolve().parents[2] / "kernels"
+        if checkout.is_dir():
+            return checkout
+        raise
 
 
 def cuda_sources():

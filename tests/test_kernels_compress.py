@@ -23,6 +23,7 @@ import types
 import numpy as np
 import pytest
 
+from test_compression import bf16_reference  # the scalar reference both files check against
 from mpiopt.compression import ErrorFeedback, get_compressor
 from mpiopt.compression.qsgd import pack_nibbles, unpack_nibbles
 from mpiopt.core import backend
@@ -332,24 +333,6 @@ def test_scatter_add_adds_repeated_indices_as_add_at(subtract):
 
 
 # -- fp16 and bf16 -----------------------------------------------------------------------------------------------
-def bf16_reference(value):
-    """Round one float32 to bfloat16 in float64 arithmetic (ties to even; beyond the largest finite value
-    the next pattern counts as 2^128); None for NaN."""
-    if np.isnan(value):
-        return None
-    bits = int(np.array(np.float32(value)).view(np.uint32))
-    sign, magnitude_bits = bits & 0x80000000, bits & 0x7FFFFFFF
-    low_bits = magnitude_bits & 0xFFFF0000
-    if low_bits == magnitude_bits:
-        return bits >> 16
-    high_bits = low_bits + 0x10000
-    low = float(np.array(low_bits, dtype=np.uint32).view(np.float32))
-    high = 2.0 ** 128 if high_bits == 0x7F800000 else float(np.array(high_bits, dtype=np.uint32).view(np.float32))
-    below, above = abs(float(value)) - low, high - abs(float(value))
-    chosen = low_bits if below < above or (below == above and (low_bits >> 16) % 2 == 0) else high_bits
-    return (sign | chosen) >> 16
-
-
 def test_bf16_conversion_equals_a_scalar_reference_and_keeps_nan():
     rng = np.random.default_rng(12)
     x = np.concatenate([special_floats(), rng.integers(0, 2 ** 32, 5000, dtype=np.uint64).astype(np.uint32)

@@ -44,6 +44,10 @@ their prox and the u-step separately.  On the GPU the two all-reduces go
 through host memory (the reducers work on numpy buffers), and only scalars
 (the residual norms) come back to the host otherwise.
 
+For L1 and elastic-net penalties with the squared or logistic loss the engine
+computes a duality gap (gap.py): at the end always (``result.gap``), and with
+``gap_tol`` every ``gap_every`` iterations as a second stopping rule.
+
 The loop reads as the algorithm: each step is a short method (``x_step``,
 ``relax``, ``z_step``, ``u_step``, ``residuals``, ``termination``,
 ``adapt_rho``, ``accelerate``, ``checkpoint``), in the manner of OSQP's
@@ -62,6 +66,7 @@ from ..core import backend
 from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
 from ..kernels import admm as kernels
+from .gap import duality_gap, gap_terms
 from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
@@ -107,10 +112,16 @@ class ConsensusADMM:
         self.previous_residuals = (math.inf, math.inf)
         self.history = {key: [] for key in HISTORY}
         self.objective_history = {"iter": [], "objective": []}
+        # the duality gap (gap.py) for L1 / elastic net with the squared or logistic loss, else None
+        self.gap_available = gap_terms(loss, penalty) is not None
+        self.gap_checked = settings.gap_tol is not None and self.gap_available  # a stopping rule on the gap
+        if self.gap_checked:
+            self.history["gap"] = []
+        self.last_gap = None  # (iteration, Gap) of the latest evaluation
         self.rho_changes = 0
         self.checkpointer = None
         self.anderson = AndersonAccelerator(settings.anderson, comm, xp) if settings.anderson else None
-        self.x_time = self.comm_time = 0.0
+        self.x_time = self.comm_time = self.gap_time = 0.0
         self._sums, self._scalars = xp.zeros(n), np.zeros(5)  # the five scalars live on the host
 
     # -- set-up ------------------------------------------------------------------
@@ -152,6 +163,8 @@ class ConsensusADMM:
         self.status = state.get("status")
         self.previous_residuals = tuple(float(v) for v in state["previous_residuals"])
         self.history = {key: list(values) for key, values in state["history"].items()}
+        if self.gap_checked and "gap" not in self.history:  # a checkpoint written without gap_tol
+            self.history["gap"] = [math.nan] * len(self.history["iter"])
         self.objective_history = {key: list(values) for key, values in state["objective_history"].items()}
         self.rho_changes = int(state["rho_changes"])
         self.loss.restore(state["loss"])
@@ -175,6 +188,16 @@ class ConsensusADMM:
         gradient = xp.array(local, dtype=float)
         self.allreduce(gradient)
         return float(xp.abs(z - self.penalty.prox(z - gradient, 1.0)).max())
+
+    def duality_gap(self, z):
+        """The Gap (primal, dual, gap, relative) at z, or None when unavailable (collective; gap.py)."""
+        if not self.gap_available:
+            return None
+        tock = time.perf_counter()
+        gap = duality_gap(self.loss, self.penalty, z, self.comm)
+        self.gap_time += time.perf_counter() - tock
+        self.last_gap = (self.iteration, gap)
+        return gap
 
     def allreduce(self, buffer):
         """Sum ``buffer`` over the ranks, in place, through the reducer; a GPU array is staged through host
@@ -259,10 +282,19 @@ class ConsensusADMM:
             x_norm=x_norm, z_norm=z_norm, u_norm=u_norm,
             checkpoint_requested=scalars[3] > 0, stop_requested=scalars[4] > 0)
 
-    def termination(self, residuals, elapsed):
-        """"converged", "time_limit", "interrupted" (SIGTERM) or None to go on."""
+    def gap_step(self, z):
+        """With ``gap_tol``, the duality gap at z every ``gap_every`` iterations, else None."""
+        if not self.gap_checked or self.iteration % self.settings.gap_every:
+            return None
+        return self.duality_gap(z)
+
+    def termination(self, residuals, elapsed, gap=None):
+        """"converged" (the residual rule, or the relative duality gap <= ``gap_tol``), "time_limit",
+        "interrupted" (SIGTERM) or None to go on."""
         s = self.settings
         if residuals.r_norm <= residuals.eps_pri and residuals.s_norm <= residuals.eps_dual:
+            return "converged"
+        if gap is not None and gap.relative <= s.gap_tol:
             return "converged"
         if s.time_limit and elapsed >= s.time_limit:
             return "time_limit"
@@ -310,23 +342,30 @@ class ConsensusADMM:
                 every and self.iteration % every == 0)):
             self.checkpointer.write(*split_state(self.state()))
 
-    def record(self, residuals, elapsed):
+    def record(self, residuals, elapsed, gap=None):
         for key, value in zip(HISTORY, (self.iteration, residuals.r_norm, residuals.eps_pri, residuals.s_norm,
                                         residuals.eps_dual, self.rho, elapsed)):
             self.history[key].append(value)
+        if "gap" in self.history:  # NaN at the iterations without an evaluation
+            self.history["gap"].append(gap.gap if gap is not None else math.nan)
         self.previous_residuals = (residuals.r_norm, residuals.s_norm)
 
     def log_row(self, z, residuals, elapsed, finished):
         """The objective costs a pass over the Gram matrix or the rows: evaluated for the log rows when the
-        log is on (as OSQP does), and always at the end."""
+        log is on (as OSQP does), and always at the end; so is the duality gap, when available, for a log
+        row (the log then has a gap column)."""
         s = self.settings  # the objective is collective: every rank evaluates it at the same iterations
         if finished or (s.verbose and (self.iteration == 1 or self.iteration % s.log_every == 0)):
             objective = self.objective(z)
             self.objective_history["iter"].append(self.iteration)
             self.objective_history["objective"].append(objective)
+            if s.verbose and self.gap_available:
+                gap = self.last_gap[1] if self.last_gap and self.last_gap[0] == self.iteration \
+                    else self.duality_gap(z)
             if self.log is not None:
-                self.log.row(self.iteration, objective, residuals.r_norm, residuals.eps_pri, residuals.s_norm,
-                             residuals.eps_dual, self.rho, elapsed)
+                values = (self.iteration, objective, residuals.r_norm, residuals.eps_pri, residuals.s_norm,
+                          residuals.eps_dual, self.rho, elapsed)
+                self.log.row(*values, *((gap.gap,) if s.verbose and self.gap_available else ()))
 
     # -- the loop ----------------------------------------------------------------
     def iterate(self, signals, start, elapsed_before):
@@ -349,9 +388,10 @@ class ConsensusADMM:
             z = x = self.z_step(self._sums, rho)
         z_plain = z
         residuals = self.residuals(x, z, u, z_previous, rho, signals)
+        gap = self.gap_step(z)
         elapsed = elapsed_before + time.perf_counter() - start
-        self.record(residuals, elapsed)
-        status = self.termination(residuals, elapsed)
+        self.record(residuals, elapsed, gap)
+        status = self.termination(residuals, elapsed, gap)
         finished = status is not None or self.iteration == self.settings.max_iter
         self.log_row(z, residuals, elapsed, finished)
         if status != "converged":  # also at max_iter, so that a resumed run follows the same path
@@ -386,6 +426,8 @@ class ConsensusADMM:
             if not self.objective_history["objective"]:  # a run resumed at its end does no iteration
                 self.objective_history = {"iter": [self.iteration], "objective": [self.objective(self.z_plain)]}
             kkt = self.kkt_residual(self.z_plain)
+            gap = self.last_gap[1] if self.last_gap and self.last_gap[0] == self.iteration \
+                else self.duality_gap(self.z_plain)  # the final certificate
         finally:
             signals.restore()
             if self.owns_reducer:
@@ -393,13 +435,16 @@ class ConsensusADMM:
         solve_time = time.perf_counter() - start
         ran = self.iteration - resumed_at
         info = {"rho_final": self.rho, "rho_changes": self.rho_changes, "kkt_residual": kkt,
-                "nonzeros": int(xp.count_nonzero(self.z_plain)), "iterations_run": ran}
+                "nonzeros": int(xp.count_nonzero(self.z_plain)), "iterations_run": ran,
+                "gap": None if gap is None else gap.gap, "relative_gap": None if gap is None else gap.relative,
+                "dual_objective": None if gap is None else gap.dual}
         if loss.iterative:
             info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
         timings = {"solve": solve_time, "per_iteration": solve_time / max(ran, 1), "x_step": self.x_time,
-                   "communication": self.comm_time}
+                   "communication": self.comm_time, "gap": self.gap_time}
         # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own
         # state may have been extrapolated by Anderson acceleration for the next iteration.
         return ADMMResult(x=self.z_plain, objective=self.objective_history["objective"][-1],
                           iterations=self.iteration, status=status or "max_iter", history=self.history,
-                          objective_history=self.objective_history, timings=timings, info=info, u=self.u)
+                          objective_history=self.objective_history, timings=timings, info=info, u=self.u,
+                          gap=info["gap"], relative_gap=info["relative_gap"])

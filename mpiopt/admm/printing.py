@@ -10,8 +10,9 @@ COLUMNS = (("iter", "6d"), ("objective", "14.8e"), ("r_norm", "10.3e"), ("eps_pr
            ("eps_dual", "10.3e"), ("rho", "10.3e"), ("time(s)", "9.3f"))
 
 
-def admm_log(enabled, stream=None):
-    return IterationLog(enabled, COLUMNS, stream=stream)
+def admm_log(enabled, stream=None, gap=False):
+    """The log's columns, with a duality-gap column when the gap is available (``gap``)."""
+    return IterationLog(enabled, COLUMNS + ((("gap", "10.3e"),) if gap else ()), stream=stream)
 
 
 def banner_lines(info, settings, penalty, lam_ratio, kinds, x_step, threads, rho_source, setup_time,
@@ -29,7 +30,8 @@ def banner_lines(info, settings, penalty, lam_ratio, kinds, x_step, threads, rho
         f"threads:  {threads.describe()}",
         f"settings: rho = {info['rho_initial']:.3e} ({rho_source}), adaptive rho {settings.adaptive_rho}, "
         f"alpha = {settings.alpha:.2f}, eps_abs = {settings.eps_abs:.1e}, eps_rel = {settings.eps_rel:.1e},",
-        f"          max_iter = {settings.max_iter}, reducer = {info['reducer']}",
+        f"          max_iter = {settings.max_iter}, reducer = {info['reducer']}"
+        + (f", gap_tol = {settings.gap_tol:.1e} (every {settings.gap_every})" if settings.gap_tol is not None else ""),
         f"setup:    {setup_time:.3f} s" + (f"; resumed from {checkpoint} at iteration {info['resumed_at']}"
                                            if checkpoint else ""),
     ]
@@ -41,8 +43,11 @@ def footer_lines(result):
              f"iterations:  {result.iterations}",
              f"objective:   {result.objective:.12e}",
              f"nonzeros:    {info['nonzeros']} of {info['n']}",
-             f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {info['kkt_residual']:.3e}",
-             f"setup time:  {t['setup']:.3f} s"]
+             f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {info['kkt_residual']:.3e}"]
+    if info.get("gap") is not None:
+        lines.append(f"certificate: duality gap {info['gap']:.3e} (relative {info['relative_gap']:.3e}), "
+                     f"dual objective {info['dual_objective']:.12e}")
+    lines.append(f"setup time:  {t['setup']:.3f} s")
     ran = info["iterations_run"]
     if ran:
         lines.append(f"solve time:  {t['solve']:.3f} s ({1e3 * t['per_iteration']:.3f} ms/iteration: "

@@ -9,14 +9,17 @@ from ..core.result import Result, not_in_json
 @dataclasses.dataclass
 class ADMMResult(Result):
     # status: "converged", "max_iter", "time_limit" or "interrupted" (SIGTERM; a checkpoint was written)
-    # history: per-iteration columns iter, r_norm, eps_pri, s_norm, eps_dual, rho, time
-    # timings: seconds setup, solve, per_iteration, x_step, communication, total
+    # history: per-iteration columns iter, r_norm, eps_pri, s_norm, eps_dual, rho, time (and gap, NaN where
+    #          not evaluated, with the gap_tol setting)
+    # timings: seconds setup, solve, per_iteration, x_step, communication, gap (duality-gap evaluations), total
     # info: the problem (rows, n, ranks, lam, lambda_max, ...), the settings, rho_final, kkt_residual, nonzeros
     x: object                 # the consensus solution z (numpy or CuPy), the same on every rank
     objective: float          # global objective at x, summed over all ranks
     iterations: int
     objective_history: dict   # {"iter": [...], "objective": [...]} at the logged iterations
     u: object = not_in_json()  # this rank's scaled dual variable (for warm starts)
+    gap: float = None           # duality gap P(x) - D(theta) >= 0 at x, a bound on P(x) - P* (None: unavailable)
+    relative_gap: float = None  # gap / max(|P(x)|, tiny)
 
     @property
     def converged(self):

@@ -21,6 +21,9 @@ class ADMMSettings(Settings):
     eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
     eps_rel: float = 1e-6     # relative tolerance of the stopping rule
     max_iter: int = 10000
+    gap_tol: float = None     # also stop ("converged") when the relative duality gap is <= this (L1 / elastic net
+                              # with the squared or logistic loss; gap.py); None: the residual rule only
+    gap_every: int = 10       # with gap_tol, evaluate the gap every this many iterations (a pass over the rows)
     time_limit: float = 0.0   # seconds for the iterations; 0 means none
     verbose: bool = False     # iteration log on rank 0
     log_every: int = 25       # with verbose, log (and evaluate the objective) every this many iterations
@@ -45,6 +48,10 @@ class ADMMSettings(Settings):
             (number(self.alpha) and 0 < self.alpha < 2, f"alpha must be in (0, 2), got {self.alpha!r}"),
             (number(self.eps_abs) and self.eps_abs >= 0, f"eps_abs must be >= 0, got {self.eps_abs!r}"),
             (number(self.eps_rel) and self.eps_rel >= 0, f"eps_rel must be >= 0, got {self.eps_rel!r}"),
+            (self.gap_tol is None or (number(self.gap_tol) and self.gap_tol >= 0),
+             f"gap_tol must be a number >= 0 or None, got {self.gap_tol!r}"),
+            (integer(self.gap_every) and self.gap_every >= 1,
+             f"gap_every must be an integer >= 1, got {self.gap_every!r}"),
             (integer(self.max_iter) and self.max_iter >= 1, f"max_iter must be an integer >= 1, got {self.max_iter!r}"),
             (number(self.time_limit) and self.time_limit >= 0, f"time_limit must be >= 0, got {self.time_limit!r}"),
             (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),

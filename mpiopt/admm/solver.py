@@ -34,6 +34,7 @@ from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
+from .gap import gap_terms
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
 
@@ -219,7 +220,7 @@ class Problem:
             penalty_object = kind.from_options(options)
         penalty_object.xp = xp
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
-        log = admm_log(settings.verbose and comm.rank == 0)
+        log = admm_log(settings.verbose and comm.rank == 0, gap=gap_terms(shard, engine_penalty) is not None)
         engine = ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log)
         if warm_start is not None:
             engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))

@@ -75,6 +75,11 @@ def _add_admm_settings(parser):
     group.add_argument("--eps-abs", type=float, default=defaults.eps_abs, help="absolute tolerance (default %(default)s)")
     group.add_argument("--eps-rel", type=float, default=defaults.eps_rel, help="relative tolerance (default %(default)s)")
     group.add_argument("--max-iter", type=int, default=defaults.max_iter, help="iteration limit (default %(default)s)")
+    group.add_argument("--gap-tol", type=float, default=defaults.gap_tol,
+                       help="also stop when the relative duality gap is below this (L1 / elastic net with the "
+                            "squared or logistic loss; default: off, the gap is only reported at the end)")
+    group.add_argument("--gap-every", type=int, default=defaults.gap_every,
+                       help="with --gap-tol, iterations between gap evaluations (default %(default)s)")
     group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
     group.add_argument("--reducer", default=defaults.reducer,
@@ -732,7 +737,7 @@ def _settings(args):
     return dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
                 max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
                 reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet,
-                blas_threads=args.blas_threads)
+                blas_threads=args.blas_threads, gap_tol=args.gap_tol, gap_every=args.gap_every)
 
 
 def _groups(args, n_columns):

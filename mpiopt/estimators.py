@@ -36,7 +36,7 @@ class _ADMMEstimator(BaseEstimator):
 
     def _settings(self):
         return {"eps_abs": self.tol, "eps_rel": self.tol, "max_iter": self.max_iter, "rho": self.rho,
-                "reducer": self.reducer, "verbose": self.verbose}
+                "reducer": self.reducer, "verbose": self.verbose, "gap_tol": self.gap_tol}
 
     def _rows(self, X, comm):
         return comm.allreduce(int(X.shape[0]), op=MPI.SUM)
@@ -46,15 +46,17 @@ class _ADMMEstimator(BaseEstimator):
         self.coef_ = x[:-1].copy() if self.fit_intercept else x.copy()
         self.intercept_ = float(x[-1]) if self.fit_intercept else 0.0
         self.n_iter_ = result.iterations
+        # scikit-learn's Lasso/ElasticNet report the gap of (1/2n)||y - Xw||^2 + ...: ours divided by the rows
+        self.dual_gap_ = None if result.gap is None else result.gap / self._rows_seen
         self.result_ = result
         return self
 
 
 class LassoADMM(RegressorMixin, _ADMMEstimator):
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None, reducer="auto",
-                 verbose=False, comm=None):
+                 verbose=False, comm=None, gap_tol=None):
         self.alpha, self.fit_intercept, self.max_iter, self.tol = alpha, fit_intercept, max_iter, tol
-        self.rho, self.reducer, self.verbose, self.comm = rho, reducer, verbose, comm
+        self.rho, self.reducer, self.verbose, self.comm, self.gap_tol = rho, reducer, verbose, comm, gap_tol
 
     def _penalty(self):
         return "l1", {}
@@ -63,7 +65,7 @@ class LassoADMM(RegressorMixin, _ADMMEstimator):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32),
                              y_numeric=True)
         comm = resolve_comm(self.comm)
-        rows = self._rows(X, comm)
+        rows = self._rows_seen = self._rows(X, comm)
         penalty, extra = self._penalty()
         problem = Problem(X, np.asarray(y, dtype=np.float64), "squared", comm, intercept=self.fit_intercept)
         result = problem.solve(penalty, self.alpha * rows, **extra, **self._settings())
@@ -90,9 +92,9 @@ class LassoADMM(RegressorMixin, _ADMMEstimator):
 
 class ElasticNetADMM(LassoADMM):
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
-                 reducer="auto", verbose=False, comm=None):
+                 reducer="auto", verbose=False, comm=None, gap_tol=None):
         super().__init__(alpha, fit_intercept=fit_intercept, max_iter=max_iter, tol=tol, rho=rho,
-                         reducer=reducer, verbose=verbose, comm=comm)
+                         reducer=reducer, verbose=verbose, comm=comm, gap_tol=gap_tol)
         self.l1_ratio = l1_ratio
 
     def _penalty(self):
@@ -103,9 +105,10 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     """Binary, or one-vs-rest for more classes (as liblinear); coef_ is (1 or n_classes, n_features)."""
 
     def __init__(self, C=1.0, *, penalty="l1", fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
-                 x_solver="lbfgs", reducer="auto", verbose=False, comm=None):
+                 x_solver="lbfgs", reducer="auto", verbose=False, comm=None, gap_tol=None):
         self.C, self.penalty, self.fit_intercept, self.max_iter, self.tol = C, penalty, fit_intercept, max_iter, tol
         self.rho, self.x_solver, self.reducer, self.verbose, self.comm = rho, x_solver, reducer, verbose, comm
+        self.gap_tol = gap_tol
 
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))

@@ -285,3 +285,46 @@ def test_checkpoint_resume_with_gap_tol_is_bitwise_identical(comm, tmp_path_fact
     solve(A_local, b_local, "logistic", "l1", checkpoint=other, **dict(settings, max_iter=10, gap_tol=None))
     mixed = solve(A_local, b_local, "logistic", "l1", checkpoint=other, **settings)
     assert len(mixed.history["gap"]) == len(mixed.history["iter"]) and mixed.relative_gap < 1e-8
+
+
+# -- the estimators and the command line ----------------------------------------------------------------------
+
+def test_lasso_estimator_reports_scikit_learns_dual_gap_and_stops_on_gap_tol():
+    sklearn = pytest.importorskip("sklearn.linear_model")
+    from mpiopt.estimators import ElasticNetADMM, LassoADMM
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((300, 40))
+    y = X[:, :5] @ rng.standard_normal(5) + 0.1 * rng.standard_normal(300)
+    for ours, theirs in ((LassoADMM(alpha=0.05, comm=MPI.COMM_SELF), sklearn.Lasso(alpha=0.05, tol=1e-14)),
+                         (ElasticNetADMM(alpha=0.05, l1_ratio=0.7, comm=MPI.COMM_SELF),
+                          sklearn.ElasticNet(alpha=0.05, l1_ratio=0.7, tol=1e-14))):
+        ours.fit(X, y)
+        theirs.fit(X, y)
+        assert 0 <= ours.dual_gap_ < 1e-7  # on scikit-learn's scale: (1/2n)||y - Xw||^2 + ...
+
+        def objective(model):
+            residual = y - X @ model.coef_ - model.intercept_
+            l1 = getattr(model, "l1_ratio", 1.0)
+            return (residual @ residual / (2 * y.size) + 0.05 * l1 * np.abs(model.coef_).sum()
+                    + 0.05 * (1 - l1) / 2 * model.coef_ @ model.coef_)
+
+        loose = type(ours)(**{**ours.get_params(), "gap_tol": 1e-3, "tol": 1e-12}).fit(X, y)
+        tight = type(ours)(**{**ours.get_params(), "tol": 1e-12}).fit(X, y)
+        assert loose.n_iter_ < tight.n_iter_
+        # the certificate: the loose model is within its reported gap of the optimum
+        assert objective(loose) - objective(theirs) <= loose.dual_gap_ * (1 + 1e-9) + 1e-15
+        assert 0 <= loose.dual_gap_ <= 1e-3 * objective(loose) * (1 + 1e-9)
+
+
+def test_cli_gap_tol_stops_on_the_gap_and_writes_the_certificate(tmp_path):
+    import json
+    import subprocess
+    import sys
+    output = tmp_path / "lasso.json"
+    done = subprocess.run([sys.executable, "-m", "mpiopt", "lasso", "--synthetic", "2000x50", "--gap-tol", "1e-4",
+                           "--eps-abs", "1e-12", "--eps-rel", "1e-12", "--quiet", "--output", str(output)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(output.read_text())
+    assert result["status"] == "converged" and 0 <= result["relative_gap"] <= 1e-4
+    assert result["history"]["gap"] and result["iterations"] < 1000

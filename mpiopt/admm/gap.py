@@ -49,6 +49,8 @@ class Gap:
     dual: float
     gap: float
     relative: float  # gap / max(|primal|, tiny)
+    correlation: object = dataclasses.field(default=None, repr=False, compare=False)  # A^T theta (penalized
+                                                                                      # columns), the same on every rank
 
 
 def gap_terms(loss, penalty):
@@ -172,7 +174,43 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True):
     if theta is not None and scale != 1.0:
         theta = scale * theta
     gap = primal - dual
-    return Gap(primal=primal, dual=dual, gap=gap, relative=gap / max(abs(primal), 1e-300)), theta
+    return Gap(primal=primal, dual=dual, gap=gap, relative=gap / max(abs(primal), 1e-300),
+               correlation=scale * correlation if scale != 1.0 else correlation), theta
+
+
+def safe_radius(loss, gap):
+    """The radius of the gap-safe sphere around the dual point: the dual is mu-strongly concave (mu = 1 for
+    the squared loss, 4 for the logistic one: H'' <= -4), so ||theta - theta*|| <= sqrt(2 gap / mu)."""
+    mu = 4.0 if isinstance(loss, LogisticLossShard) else 1.0
+    return float(np.sqrt(2.0 * max(gap, 0.0) / mu))
+
+
+def column_norms(loss, comm):
+    """||a_k|| over all the rows, for each penalized column, on the host (collective: one all-reduce)."""
+    design = loss.design
+    if loss.active and design.rows:
+        A = design.A
+        squares = A.multiply(A).sum(axis=0) if design.sparse else (A * A).sum(axis=0)
+        local = np.asarray(backend.to_host(squares), dtype=float).ravel()
+    else:
+        local = np.zeros(design.features)
+    return np.sqrt(_allreduce(comm, local))
+
+
+def screen(loss, penalty, z, comm, norms):
+    """The gap-safe sphere test (Fercoq, Gramfort and Salmon 2015; Ndiaye et al. 2017) at z (collective).
+
+    Returns (kept, Gap): ``kept`` a host boolean array over the penalized columns, False where
+    |a_k^T theta| + r ||a_k|| < l1, which proves the k-th coefficient zero at the optimum (its
+    subgradient condition |a_k^T theta*| <= l1 holds strictly); every rank gets the same mask, computed from
+    all-reduced quantities.  The intercept is never screened.
+    """
+    l1 = gap_terms(loss, penalty)[0]
+    gap, _ = dual_point(loss, penalty, z, comm, theta_wanted=False)
+    correlation = np.abs(np.asarray(backend.to_host(gap.correlation), dtype=float))
+    kept = (correlation + safe_radius(loss, gap.gap) * norms >= l1 * (1.0 - 1e-9)).astype(np.uint8)  # margin
+    comm.Bcast(kept, root=0)  # all-reduced sums may round differently on different ranks: rank 0 decides
+    return kept.astype(bool), gap
 
 
 def duality_gap(loss, penalty, z, comm):

@@ -34,6 +34,8 @@ class ADMMSettings(Settings):
     anderson: int = 5           # Anderson acceleration memory (0: off); see anderson.py
     x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm),
     x_tol_min: float = 1e-12    # but never below this
+    screening: bool = False     # gap-safe screening before the solve (L1 / elastic net, squared or logistic;
+                                # off with a checkpoint); see docs/admm.md "Screening"
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
     blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a
@@ -66,6 +68,7 @@ class ADMMSettings(Settings):
             (integer(self.anderson) and self.anderson >= 0, f"anderson must be an integer >= 0, got {self.anderson!r}"),
             (number(self.x_tol_factor) and self.x_tol_factor > 0, f"x_tol_factor must be > 0, got {self.x_tol_factor!r}"),
             (number(self.x_tol_min) and self.x_tol_min > 0, f"x_tol_min must be > 0, got {self.x_tol_min!r}"),
+            (isinstance(self.screening, bool), f"screening must be True or False, got {self.screening!r}"),
             (self.checkpoint is None or isinstance(self.checkpoint, str),
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (integer(self.checkpoint_every) and self.checkpoint_every >= 0,

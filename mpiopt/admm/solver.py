@@ -18,6 +18,7 @@ them (set up, iterated and answered there; ``result.x`` is a CuPy array), with
 every loss and penalty.  Give each rank its GPU with
 :func:`mpiopt.core.backend.select_device` before moving its shard there.
 """
+import dataclasses
 import hashlib
 import time
 
@@ -34,7 +35,9 @@ from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
-from .gap import gap_terms
+import types
+
+from .gap import column_norms, dual_point, gap_terms, screen
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
 
@@ -181,6 +184,7 @@ class Problem:
         check_collectively(comm, "no rank holds any rows of A" if self.total_rows == 0 and comm.rank == 0 else None)
         self._data = (A_local, b_local)  # for the checksum of a checkpoint, computed only when asked
         self._lambda_max = {}
+        self._column_norms = None
 
     def lambda_max(self, penalty="l1", l1_ratio=0.5):
         """The smallest weight of ``penalty`` for which every coefficient is 0 (None when it has none)."""
@@ -220,6 +224,9 @@ class Problem:
             penalty_object = kind.from_options(options)
         penalty_object.xp = xp
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
+        if settings.screening and not settings.checkpoint and gap_terms(shard, engine_penalty) is not None:
+            return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,
+                                        warm_start)
         log = admm_log(settings.verbose and comm.rank == 0, gap=gap_terms(shard, engine_penalty) is not None)
         engine = ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log)
         if warm_start is not None:
@@ -249,6 +256,94 @@ class Problem:
         result.timings = dict(setup=setup_time, **result.timings, total=setup_time + result.timings["solve"])
         log.footer(footer_lines(result))
         return result
+
+    def _restricted(self, kept):
+        """This problem on the kept columns (a host boolean mask over the penalized columns), or itself."""
+        if kept.all():
+            return self
+        columns = numpy.flatnonzero(kept)
+        A = self.shard.design.A
+        A_kept = A[:, columns] if is_sparse(A) else A[:, self.xp.asarray(columns)]
+        if is_sparse(A_kept) and A.format == "csr":
+            A_kept = A_kept.tocsr()
+        return Problem(A_kept, self.b, self.loss, self.comm, intercept=self.intercept, delta=self.delta,
+                       x_solver=self.x_solver, blas_threads=self.blas_threads)
+
+    def _screened_solve(self, settings, start, penalty_object, engine_penalty, options, largest, warm_start):
+        """Dynamic gap-safe screening (gap.screen): screen at the starting point (the warm start, else 0),
+        then solve in rounds of 10, 20, 40, ... iterations, screening at the end of each round; whenever
+        the columns proven zero reach 10% of those still in the problem, the problem is rebuilt on the
+        others, warm-started from the current point restricted to them.  The answer is embedded in the full
+        vector (screened coefficients exactly 0) and the gap is that of the full problem (collective: every
+        rank screens the same columns, decided from all-reduced quantities)."""
+        comm, xp, shard = self.comm, self.xp, self.shard
+        if self._column_norms is None:
+            self._column_norms = column_norms(shard, comm)
+        features = shard.design.features
+        x = xp.zeros(shard.n) if warm_start is None else xp.array(warm_start.x, dtype=float)
+        u = None if warm_start is None or warm_start.u is None else xp.array(warm_start.u, dtype=float)
+        rho = None if warm_start is None else warm_start.info.get("rho_final")
+        given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
+        given.update(screening=False, checkpoint=None)
+        tick = time.perf_counter()
+        kept, _ = screen(shard, engine_penalty, x, comm, self._column_norms)
+        screen_time = time.perf_counter() - tick
+        problem, problem_kept = self, numpy.ones(features, dtype=bool)
+        iterations, solve_time, rounds, budget = 0, 0.0, 0, 10
+        while True:
+            target = kept.copy()
+            if not target.any():  # every column screened: keep one (zero at the optimum) to solve on
+                target[0] = True
+            if problem_kept.sum() - target.sum() >= max(1, 0.1 * problem_kept.sum()):
+                tick = time.perf_counter()
+                problem, problem_kept = self._restricted(target), target
+                screen_time += time.perf_counter() - tick
+            columns = numpy.flatnonzero(problem_kept)
+            index = xp.asarray(numpy.concatenate([columns, [features]]) if self.intercept else columns)
+            start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
+                                               info={"rho_final": rho})
+            round_settings = dict(given, max_iter=min(budget, settings.max_iter - iterations))
+            if settings.time_limit:
+                round_settings["time_limit"] = max(settings.time_limit - solve_time, 1e-9)
+            result = problem.solve(penalty_object, warm_start=start_from, **round_settings)
+            iterations += result.iterations
+            solve_time += result.timings["solve"]
+            rounds += 1
+            x = xp.zeros(shard.n)
+            x[index] = xp.asarray(result.x)
+            if result.u is not None:
+                u = xp.zeros(shard.n)
+                u[index] = xp.asarray(result.u)
+            rho = result.info["rho_final"]
+            if result.status != "max_iter" or iterations >= settings.max_iter:
+                break
+            tick = time.perf_counter()
+            kept = kept & screen(shard, engine_penalty, x, comm, self._column_norms)[0]
+            screen_time += time.perf_counter() - tick
+            budget *= 2
+        tick = time.perf_counter()
+        gap, _ = dual_point(shard, engine_penalty, x, comm, theta_wanted=False)  # the certificate: full problem
+        screen_time += time.perf_counter() - tick
+        lam_value = options["lam"]
+        result.x, result.u, result.gap, result.relative_gap = x, u, gap.gap, gap.relative
+        result.iterations = iterations
+        result.objective = self._full_objective(engine_penalty, x)
+        result.info.update(
+            problem=f"{self.loss} + {engine_penalty.describe()}", n=shard.n, features=self.n_features,
+            lambda_max=largest, lam=lam_value,
+            lam_ratio=lam_value / largest if largest and lam_value is not None else None,
+            gap=gap.gap, relative_gap=gap.relative, dual_objective=gap.dual, screened=int(features - kept.sum()),
+            screening_rounds=rounds, settings=settings.as_dict(), penalty=penalty_object.name,
+            nonzeros=int(xp.count_nonzero(x)))
+        setup = time.perf_counter() - start - solve_time - screen_time
+        result.timings.update(setup=setup, solve=solve_time, screening=screen_time,
+                              per_iteration=solve_time / max(iterations, 1),
+                              total=setup + solve_time + screen_time)
+        return result
+
+    def _full_objective(self, penalty, x):
+        """The objective of the full problem at x, summed over the ranks (collective)."""
+        return self.comm.allreduce(self.shard.value(x), op=MPI.SUM) + penalty.value(x)
 
     def fingerprint(self, penalty):
         """What pins this rank's problem down exactly, for checkpoints (see checkpoint.py)."""

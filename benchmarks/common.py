@@ -45,9 +45,8 @@ def median_time(comm, function, repeat):
 
 def wait_without_spinning(comm):
     """The ranks that are not running scikit-learn wait here without taking a core (MPI waits spin)."""
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(0.01)
+    from mpiopt.core.comm import quiet_barrier
+    quiet_barrier(comm)
 
 
 def write_result(comm, path, payload):

@@ -25,15 +25,14 @@ the formulas, the tables and the plots.
 """
 import time as clock
 
-from mpi4py import MPI
 
-from ..core.comm import check_collectively, resolve_comm
+from ..core.comm import check_collectively, quiet_barrier, resolve_comm
 from ..core.registry import names
 from . import asgd, minibatch, rennala, ringmaster  # noqa: F401  (they register the methods)
 from .base import ALL, Accumulator, Method
 from .problems import PROBLEMS, Problem, get_problem
 from .result import AsyncSGDResult
-from .runner import Recorder, build_method, make_result, prepare
+from .runner import make_result, prepare
 from .settings import RUNTIMES, AsyncSGDSettings
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
@@ -44,18 +43,6 @@ DEFAULT_SIMULATED_WORKERS = 8
 
 def methods():
     return names("asyncsgd-method")
-
-
-def _wait_quietly(comm, root):
-    """Wait for ``root`` without the busy poll of a blocking MPI call (the other ranks sleep)."""
-    request = comm.Ibarrier()
-    if comm.rank == root:
-        request.Wait()
-        return
-    pause = 1e-4
-    while not request.Test():
-        clock.sleep(pause)
-        pause = min(2 * pause, 0.01)
 
 
 def async_sgd(problem="quadratic", comm=None, problem_options=None, **settings):
@@ -101,7 +88,7 @@ def _simulate_on_root(problem, tau_model, options, comm, started, root=0):
             recorder.footer(result)
         except Exception as failure:  # noqa: BLE001 - the other ranks wait for rank 0: they must hear of it
             error = f"simulation failed: {type(failure).__name__}: {failure}"
-    _wait_quietly(comm, root)
+    quiet_barrier(comm)  # the other ranks sleep while rank 0 simulates
     check_collectively(comm, error)
     return comm.bcast(result, root=root) if comm.size > 1 else result
 

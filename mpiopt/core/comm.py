@@ -78,6 +78,17 @@ def check_collectively(comm, problem=None, agree=None):
         raise CollectiveError(problems)
 
 
+def quiet_barrier(comm, longest_pause=0.01):
+    """A barrier that sleeps instead of spinning: MPICH's blocking waits busy-poll, which takes a core
+    from the one rank still working (a simulation or a single-process reference on rank 0).  Polls an
+    Ibarrier, doubling the pause from 0.1 ms to ``longest_pause`` seconds."""
+    import time
+    request, pause = comm.Ibarrier(), 1e-4
+    while not request.Test():
+        time.sleep(pause)
+        pause = min(2 * pause, longest_pause)
+
+
 def run_collectively(function, *args, comm=None, stream=None):
     """Call ``function(*args)`` with ``python -m mpi4py`` semantics; return its exit status.
 

@@ -27,6 +27,7 @@
 #   PYTHON           the interpreter (default: ./.venv/bin/python if present, else a new ./.venv from python3)
 #   KERNELS_ARGS     more arguments for benchmarks/kernels.py
 #   GPU_CHECK_BUDGET the total seconds the steps may take (470)
+#   MPIEXEC          the mpiexec for the 2-rank tests (default: the one beside PYTHON, else on PATH)
 
 set -u
 
@@ -37,7 +38,7 @@ for argument in "$@"; do
     case "$argument" in
         --no-install) INSTALL=0 ;;
         --quick) QUICK=1 ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         -*) echo "gpu_check.sh: unknown option $argument" >&2; exit 2 ;;
         *) TARGET="$argument" ;;
     esac
@@ -231,8 +232,11 @@ counts() {  # the last line of pytest's output that has a count ("3 passed, 1 sk
     grep -E "[0-9]+ (passed|failed|error|skipped|deselected)" "$1" 2>/dev/null | tail -n 1 | sed 's/=//g; s/^ *//'
 }
 # the mpiexec beside the interpreter (the mpich wheel's), else the one on PATH
-MPIEXEC="$("$PY" -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "mpiexec"))' 2>/dev/null)"
-[ -n "$MPIEXEC" ] && [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec || true)"
+# (or $MPIEXEC when set: an MPI installed elsewhere, say with pip --prefix from carried wheels)
+if [ -z "${MPIEXEC:-}" ]; then
+    MPIEXEC="$("$PY" -c 'import os, sys; print(os.path.join(os.path.dirname(sys.executable), "mpiexec"))' 2>/dev/null)"
+    [ -n "$MPIEXEC" ] && [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec || true)"
+fi
 if [ "$GPU" -eq 1 ]; then
     RESERVE=180 step "pytest -m gpu" 150 "$OUTDIR/pytest-gpu.log" \
         "$PY" -m pytest -m gpu --with-mpi -q -rfEs -p no:cacheprovider --timeout=90 --junitxml="$OUTDIR/pytest-gpu.xml" \

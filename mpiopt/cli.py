@@ -80,6 +80,14 @@ def _add_admm_settings(parser):
                             "squared or logistic loss; default: off, the gap is only reported at the end)")
     group.add_argument("--gap-every", type=int, default=defaults.gap_every,
                        help="with --gap-tol, iterations between gap evaluations (default %(default)s)")
+    group.add_argument("--working-set", choices=("auto", "on", "off"), default="auto",
+                       help="working sets (L1 / elastic net with the squared or logistic loss): solve on a growing "
+                            "set of columns until the relative duality gap on all of them is below --gap-tol "
+                            "(--eps-rel if not given); auto: on for CPU data without --checkpoint (default %(default)s)")
+    group.add_argument("--working-set-size", type=int, default=defaults.working_set_size,
+                       help="the first working set's size (default %(default)s)")
+    group.add_argument("--screening", action="store_true",
+                       help="gap-safe screening in the full solver (--working-set off; working sets always screen)")
     group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
     group.add_argument("--reducer", default=defaults.reducer,
@@ -737,7 +745,9 @@ def _settings(args):
     return dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
                 max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
                 reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet,
-                blas_threads=args.blas_threads, gap_tol=args.gap_tol, gap_every=args.gap_every)
+                blas_threads=args.blas_threads, gap_tol=args.gap_tol, gap_every=args.gap_every,
+                working_set={"auto": None, "on": True, "off": False}[args.working_set],
+                working_set_size=args.working_set_size, screening=args.screening)
 
 
 def _groups(args, n_columns):

@@ -13,7 +13,9 @@ swapped for sklearn.linear_model.Lasso, ElasticNet or LogisticRegression:
                                                                or + ||w||^2 / 2  (penalty="l2")
                             (one-vs-rest for more than two classes)
 
-where m is the number of rows over all ranks.  ``fit`` is collective over
+where m is the number of rows over all ranks.  For the L1 and elastic-net penalties on CPU data they solve on
+working sets by default (``working_set=None``; mpiopt.admm.workingset) and stop at the relative duality gap
+``gap_tol`` (``tol`` when None); ``working_set=False`` runs the full solver with the residual rule ``tol``.  ``fit`` is collective over
 ``comm`` (every rank calls it with its own rows; a rank may hold none); ``score``
 is too, and reports the score over all ranks' rows.  Needs scikit-learn.
 """
@@ -36,7 +38,8 @@ class _ADMMEstimator(BaseEstimator):
 
     def _settings(self):
         return {"eps_abs": self.tol, "eps_rel": self.tol, "max_iter": self.max_iter, "rho": self.rho,
-                "reducer": self.reducer, "verbose": self.verbose, "gap_tol": self.gap_tol}
+                "reducer": self.reducer, "verbose": self.verbose, "gap_tol": self.gap_tol,
+                "working_set": self.working_set}
 
     def _rows(self, X, comm):
         return comm.allreduce(int(X.shape[0]), op=MPI.SUM)
@@ -54,9 +57,10 @@ class _ADMMEstimator(BaseEstimator):
 
 class LassoADMM(RegressorMixin, _ADMMEstimator):
     def __init__(self, alpha=1.0, *, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None, reducer="auto",
-                 verbose=False, comm=None, gap_tol=None):
+                 verbose=False, comm=None, gap_tol=None, working_set=None):
         self.alpha, self.fit_intercept, self.max_iter, self.tol = alpha, fit_intercept, max_iter, tol
         self.rho, self.reducer, self.verbose, self.comm, self.gap_tol = rho, reducer, verbose, comm, gap_tol
+        self.working_set = working_set
 
     def _penalty(self):
         return "l1", {}
@@ -92,9 +96,9 @@ class LassoADMM(RegressorMixin, _ADMMEstimator):
 
 class ElasticNetADMM(LassoADMM):
     def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
-                 reducer="auto", verbose=False, comm=None, gap_tol=None):
+                 reducer="auto", verbose=False, comm=None, gap_tol=None, working_set=None):
         super().__init__(alpha, fit_intercept=fit_intercept, max_iter=max_iter, tol=tol, rho=rho,
-                         reducer=reducer, verbose=verbose, comm=comm, gap_tol=gap_tol)
+                         reducer=reducer, verbose=verbose, comm=comm, gap_tol=gap_tol, working_set=working_set)
         self.l1_ratio = l1_ratio
 
     def _penalty(self):
@@ -105,10 +109,10 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     """Binary, or one-vs-rest for more classes (as liblinear); coef_ is (1 or n_classes, n_features)."""
 
     def __init__(self, C=1.0, *, penalty="l1", fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
-                 x_solver="lbfgs", reducer="auto", verbose=False, comm=None, gap_tol=None):
+                 x_solver="lbfgs", reducer="auto", verbose=False, comm=None, gap_tol=None, working_set=None):
         self.C, self.penalty, self.fit_intercept, self.max_iter, self.tol = C, penalty, fit_intercept, max_iter, tol
         self.rho, self.x_solver, self.reducer, self.verbose, self.comm = rho, x_solver, reducer, verbose, comm
-        self.gap_tol = gap_tol
+        self.gap_tol, self.working_set = gap_tol, working_set
 
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))

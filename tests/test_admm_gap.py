@@ -108,7 +108,7 @@ def test_gap_is_nonnegative_and_goes_to_zero(comm, case, intercept, layout):
     A, b = data(loss)
     start, stop = shard_bounds(A.shape[0], comm, layout)
     result = solve(A[start:stop], b[start:stop], loss, penalty_name, comm=comm, lam_ratio=0.1,
-                   intercept=intercept, gap_tol=0.0, gap_every=5, **options, **TIGHT)
+                   intercept=intercept, gap_tol=0.0, gap_every=5, working_set=False, **options, **TIGHT)
     gaps = np.array(result.history["gap"])
     evaluated = gaps[~np.isnan(gaps)]
     assert len(evaluated) >= 2 and np.all(evaluated >= -1e-12 * abs(result.objective))
@@ -207,9 +207,10 @@ def test_gap_tol_stops_early_with_a_valid_certificate(comm, case):
 def test_without_gap_tol_the_iterations_are_unchanged(comm):
     A, b = data("squared", seed=17)
     start, stop = shard_bounds(A.shape[0], comm, "even")
-    plain = solve(A[start:stop], b[start:stop], "squared", "l1", comm=comm, lam_ratio=0.1)
+    plain = solve(A[start:stop], b[start:stop], "squared", "l1", comm=comm, lam_ratio=0.1, working_set=False)
     assert "gap" not in plain.history and plain.gap is not None and plain.relative_gap is not None
-    loose = solve(A[start:stop], b[start:stop], "squared", "l1", comm=comm, lam_ratio=0.1, gap_tol=0.0)
+    loose = solve(A[start:stop], b[start:stop], "squared", "l1", comm=comm, lam_ratio=0.1, gap_tol=0.0,
+                  working_set=False)
     assert np.array_equal(plain.x, loose.x) and plain.iterations == loose.iterations  # gap_tol 0 never stops first
     assert loose.gap == plain.gap
 
@@ -234,11 +235,14 @@ def test_gap_settings_are_checked():
         solve(A, b, "squared", "l1", comm=MPI.COMM_SELF, lam_ratio=0.1, gap_tol="tight")
 
 
-def test_log_has_a_gap_column_and_a_certificate(capsys):
+@pytest.mark.parametrize("working_set", [False, True])
+def test_log_has_a_gap_column_and_a_certificate(capsys, working_set):
     A, b = data("squared", seed=23)
-    solve(A, b, "squared", "l1", comm=MPI.COMM_SELF, lam_ratio=0.1, verbose=True, gap_tol=1e-8)
+    solve(A, b, "squared", "l1", comm=MPI.COMM_SELF, lam_ratio=0.1, verbose=True, gap_tol=1e-8,
+          working_set=working_set)
     out = capsys.readouterr().out
-    assert " gap" in out.splitlines()[[i for i, line in enumerate(out.splitlines()) if "iter" in line][0]]
+    header = [line.split() for line in out.splitlines() if "iter" in line.split()][0]
+    assert "gap" in header and ("outer" in header) == working_set
     assert "certificate: duality gap" in out
 
 
@@ -272,7 +276,7 @@ def test_checkpoint_resume_with_gap_tol_is_bitwise_identical(comm, tmp_path_fact
     folder = comm.bcast(str(tmp_path_factory.mktemp("gap_checkpoint")) if comm.rank == 0 else None)
     settings = dict(comm=comm, lam_ratio=0.1, intercept=True, eps_abs=1e-12, eps_rel=1e-12, max_iter=5000,
                     gap_tol=1e-9, gap_every=3)
-    whole = solve(A_local, b_local, "logistic", "l1", **settings)
+    whole = solve(A_local, b_local, "logistic", "l1", working_set=False, **settings)  # a checkpoint's solver
     path = f"{folder}/state.npz"
     first = solve(A_local, b_local, "logistic", "l1", checkpoint=path, **dict(settings, max_iter=10))
     assert first.status == "max_iter"

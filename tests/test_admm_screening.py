@@ -173,7 +173,7 @@ def test_screening_is_off_with_a_checkpoint_and_resumes_bitwise(comm, tmp_path_f
     start, stop = shard_bounds(A.shape[0], comm, "uneven")
     folder = comm.bcast(str(tmp_path_factory.mktemp("screen_checkpoint")) if comm.rank == 0 else None)
     settings = dict(comm=comm, lam_ratio=0.3, eps_abs=1e-10, eps_rel=1e-10, max_iter=5000)
-    whole = solve(A[start:stop], b[start:stop], "squared", "l1", **settings)
+    whole = solve(A[start:stop], b[start:stop], "squared", "l1", working_set=False, **settings)
     path = f"{folder}/state.npz"
     first = solve(A[start:stop], b[start:stop], "squared", "l1", screening=True, checkpoint=path,
                   **dict(settings, max_iter=10))
@@ -186,8 +186,10 @@ def test_screening_is_off_with_a_checkpoint_and_resumes_bitwise(comm, tmp_path_f
 def test_screening_is_off_by_default_and_checked():
     A = design(1, (50, 80), 0.0)
     b = targets(A, "lasso", 1)
-    result = solve(A, b, "squared", "l1", lam_ratio=0.3, comm=MPI.COMM_SELF)
+    result = solve(A, b, "squared", "l1", lam_ratio=0.3, comm=MPI.COMM_SELF, working_set=False)
     assert "screened" not in result.info and result.info["settings"]["screening"] is False
+    # the working-set solver (the default here) screens at each of its gap checks, whatever the setting
+    assert solve(A, b, "squared", "l1", lam_ratio=0.3, comm=MPI.COMM_SELF).info["screened"] > 0
     with pytest.raises(CollectiveError, match="screening must be True or False"):
         solve(A, b, "squared", "l1", lam_ratio=0.3, comm=MPI.COMM_SELF, screening=1)
     # where the gap is unavailable (here ridge) the setting is accepted and does nothing

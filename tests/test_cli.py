@@ -59,7 +59,10 @@ SOLVE = ["-m", "mpiopt", "solve", "--synthetic", "4000x40", "--loss", "logistic"
 
 
 def test_cli_solve_resumes_from_its_checkpoint_bitwise(tmp_path):
-    whole = run_mpi(2, *SOLVE, "--max-iter", "300", "--output", str(tmp_path / "whole.json"))
+    # the same command uninterrupted (with a checkpoint file of its own: a run with --checkpoint uses the full
+    # solver, not working sets, whose state it saves)
+    whole = run_mpi(2, *SOLVE, "--max-iter", "300", "--checkpoint", str(tmp_path / "whole.npz"),
+                    "--output", str(tmp_path / "whole.json"))
     assert whole.returncode == 0, whole.stderr
     first = run_mpi(2, *SOLVE, "--max-iter", "120", "--checkpoint", str(tmp_path / "state.npz"),
                     "--output", str(tmp_path / "first.json"))
@@ -103,7 +106,8 @@ def test_cli_sigusr1_checkpoints_and_sigterm_stops_then_resume_matches(tmp_path)
     assert process.returncode == 3, stderr
     resumed = run_mpi(2, *SOLVE, "--max-iter", "3000", "--checkpoint", str(state),
                       "--output", str(tmp_path / "resumed.json"), timeout=120)
-    whole = run_mpi(2, *SOLVE, "--max-iter", "3000", "--output", str(tmp_path / "whole.json"), timeout=120)
+    whole = run_mpi(2, *SOLVE, "--max-iter", "3000", "--checkpoint", str(tmp_path / "whole.npz"),
+                    "--output", str(tmp_path / "whole.json"), timeout=120)
     assert resumed.returncode == 0 and whole.returncode == 0, resumed.stderr + whole.stderr
     result = json.loads((tmp_path / "resumed.json").read_text())
     assert result["info"]["resumed_at"] == stopped["iterations"]

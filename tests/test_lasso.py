@@ -109,12 +109,14 @@ def test_result_reports_history_timings_and_max_iter_status(comm):
     A, b, lam = problem("tall", seed=5)
     start, stop = shard_bounds(A.shape[0], comm, "even")
     result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3,
+                   working_set=False,
                    verbose=True)
     assert result.status == "max_iter" and result.iterations == 7
     assert result.history["iter"] == list(range(1, 8))
     assert all(len(column) == 7 for column in result.history.values())
     assert result.objective_history["iter"] == [1, 3, 6, 7], "with the log on, the objective at each log row"
-    quiet = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3)
+    quiet = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3,
+                  working_set=False)
     assert quiet.objective_history["iter"] == [7] and quiet.objective == result.objective
     assert result.objective == result.objective_history["objective"][-1]
     assert result.objective == pytest.approx(objective(A, b, lam, result.x), rel=1e-12)
@@ -127,7 +129,7 @@ def test_residual_history_is_global_not_rank_zero_only(comm):
     """r_norm^2 = sum_i ||x_i - z||^2 over all ranks; on one rank it is ||x - z||^2 alone."""
     A, b, lam = problem("tall", seed=6)
     start, stop = shard_bounds(A.shape[0], comm, "uneven")
-    result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=1, rho=1.0, alpha=1.0)
+    result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=1, rho=1.0, alpha=1.0, working_set=False)
     x_local = np.linalg.solve(A[start:stop].T @ A[start:stop] + np.eye(A.shape[1]), A[start:stop].T @ b[start:stop])
     squared = comm.allreduce(float(np.sum((x_local - result.x) ** 2)))
     assert result.history["r_norm"][0] == pytest.approx(np.sqrt(squared), rel=1e-9)
@@ -146,7 +148,7 @@ def test_reference_solver_agrees_with_sklearn():
 def test_verbose_log_prints_on_rank_zero_only(comm, capsys):
     A, b, lam = problem("tall", seed=8)
     start, stop = shard_bounds(A.shape[0], comm, "even")
-    lasso(A[start:stop], b[start:stop], lam, comm=comm, verbose=True, max_iter=5)
+    lasso(A[start:stop], b[start:stop], lam, comm=comm, verbose=True, max_iter=5, working_set=False)
     printed = capsys.readouterr().out
     if comm.rank == 0:
         for column in ("iter", "objective", "r_norm", "eps_pri", "s_norm", "eps_dual", "rho", "time"):

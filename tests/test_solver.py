@@ -250,7 +250,7 @@ def test_sparse_and_dense_give_the_same_answer(comm, form, monkeypatch):
 def test_adaptive_rho_recovers_from_a_bad_start(comm):
     A, b = regression(13, m=600, n=20)
     A_local, b_local = shard(comm, A, b)
-    settings = dict(eps_abs=1e-8, eps_rel=1e-8, max_iter=20000, anderson=0)
+    settings = dict(eps_abs=1e-8, eps_rel=1e-8, max_iter=20000, anderson=0, working_set=False)
     best = min(solve(A_local, b_local, "squared", "l1", 10.0, comm, rho=rho, adaptive_rho="none",
                      **settings).iterations for rho in (1.0, 10.0, 100.0, 1000.0))
     adaptive = solve(A_local, b_local, "squared", "l1", 10.0, comm, rho=0.01 * 300, **settings)
@@ -299,7 +299,7 @@ def test_checkpoint_resume_is_bitwise_identical(comm, tmp_path_factory):
     folder = comm.bcast(str(tmp_path_factory.mktemp("checkpoint")) if comm.rank == 0 else None)
     path = f"{folder}/state.npz"
     settings = dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=5000)
-    whole = solve(A_local, y_local, "logistic", "l1", 3.0, comm, **settings)
+    whole = solve(A_local, y_local, "logistic", "l1", 3.0, comm, working_set=False, **settings)  # a checkpoint's
     first = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, checkpoint_every=7,
                   **dict(settings, max_iter=20))
     assert first.status == "max_iter"

@@ -25,8 +25,14 @@ class Design:
         self.n = self.features + int(self.intercept)
 
     def matvec(self, x):
-        """A_aug x."""
-        y = self.A @ x[:self.features]
+        """A_aug x (no pass over A when every coefficient is 0, as at a path's start)."""
+        coefficients = x[:self.features]
+        if not bool(coefficients.any()):
+            y = self.xp.zeros(self.rows)
+        else:
+            y = self.A @ coefficients
+            if self.sparse:
+                y = self.xp.asarray(y).ravel()
         return y + x[-1] if self.intercept else y
 
     def rmatvec(self, w):
@@ -70,7 +76,33 @@ class Design:
     def squared_norm(self):
         """||A_aug||_F^2, for the default rho."""
         if self.sparse:
-            core = float(self.A.multiply(self.A).sum())
+            core = float(self.A.data @ self.A.data)
         else:
-            core = float((self.A * self.A).sum())
+            core = float(self.column_squares().sum())
         return core + (self.rows if self.intercept else 0.0)
+
+    def ones_correlation(self):
+        """A_aug^T 1 (the column sums, and the row count for the intercept), computed once."""
+        if getattr(self, "_ones_correlation", None) is None:
+            A, xp = self.A, self.xp
+            sums = xp.asarray(A.sum(axis=0)).ravel() if self.sparse else xp.ones(self.rows) @ A
+            self._ones_correlation = xp.concatenate([sums, xp.asarray([float(self.rows)])]) if self.intercept \
+                else sums
+        return self._ones_correlation
+
+    def column_squares(self):
+        """||a_k||^2 of each column of A (no intercept), in one pass without an m x n temporary."""
+        A, xp = self.A, self.xp
+        if self.sparse:
+            return np.bincount(A.indices, weights=A.data * A.data, minlength=self.features) if A.format == "csr" \
+                else np.asarray(A.multiply(A).sum(axis=0)).ravel()
+        return xp.einsum("ij,ij->j", A, A)
+
+    def columns(self, index):
+        """The columns ``index`` (a host integer array) of A, copied: Fortran-ordered when dense (a working
+        set's block, whose Gram products read it by columns), CSR when sparse CSR."""
+        A, xp = self.A, self.xp
+        if self.sparse:
+            block = A[:, index]
+            return block.tocsr() if A.format == "csr" else block
+        return xp.asfortranarray(A[:, xp.asarray(index)])

@@ -51,6 +51,7 @@ class Gap:
     relative: float  # gap / max(|primal|, tiny)
     correlation: object = dataclasses.field(default=None, repr=False, compare=False)  # A^T theta (penalized
                                                                                       # columns), the same on every rank
+    scale: float = 1.0  # theta = scale x the (generalized, centered) residual: correlation / scale is -grad
 
 
 def gap_terms(loss, penalty):
@@ -86,24 +87,31 @@ def _entropy(p, xp):
     return -float(terms.sum())
 
 
-def dual_point(loss, penalty, z, comm, theta_wanted=True):
+def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
     """(Gap, theta) at the consensus point z; theta is this rank's rows of the dual point, None on a rank
     without rows (collective).
 
     With ``theta_wanted=False`` a tall squared shard (which keeps its Gram matrix G = A^T A) works from G
     alone, O(n^2) instead of a pass over its rows: A^T r = A^T b - G z, r^T b = b^T b - (A^T b)^T z and
-    ||r||^2 = 2 f_i(z) (the same value the objective uses); theta is then None.
+    ||r||^2 = 2 f_i(z) (the same value the objective uses); theta is then None.  It does so only once the
+    Gram matrix is formed (the working-set solver never forms it and passes ``margin`` = A_aug z instead,
+    computed from the working set's columns, which saves a pass).
     """
     l1, l2, intercept = gap_terms(loss, penalty)
     xp, design, n = loss.xp, loss.design, loss.n
     active = loss.active
     logistic = isinstance(loss, LogisticLossShard)
-    from_gram = not logistic and not theta_wanted and getattr(loss, "method", None) == "cholesky-tall"
+    from_gram = not logistic and not theta_wanted and getattr(loss, "method", None) == "cholesky-tall" \
+        and loss.gram_formed and margin is None
+    # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
+    from_atb = not logistic and not from_gram and active and not bool(z[:design.features].any())
+    if active and margin is None and not from_gram:
+        margin = design.matvec(z)
     # 1. the (generalized) residual and the loss value at z
     if active:
         if logistic:
             y = loss.targets
-            signed = y * design.matvec(z)
+            signed = y * margin
             p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
             value = float(xp.logaddexp(0.0, -signed).sum())
         elif from_gram:
@@ -112,7 +120,7 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True):
             rb = 2.0 * loss.half_bb - float(loss.Atb @ z)
             rsum = float(correlation_local[-1]) if intercept else 0.0
         else:
-            residual = loss.b - design.matvec(z)
+            residual = loss.b - margin
             value = 0.5 * float(residual @ residual)
             rsum = float(residual.sum())
     # 2. with an intercept, make sum(theta) = 0 (one allreduce of a few scalars)
@@ -146,7 +154,11 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True):
             buffer[n + 1] = rb - center * sb
             buffer[n + 2] = 2.0 * value - 2.0 * center * rsum + center * center * loss.rows
         else:
-            buffer[:n] = design.rmatvec(theta)
+            if from_atb:  # theta = b - (c + center) 1 with c the intercept's value
+                shift = (float(z[-1]) if design.intercept else 0.0) + (center if intercept else 0.0)
+                buffer[:n] = loss.Atb - shift * design.ones_correlation() if shift else loss.Atb
+            else:
+                buffer[:n] = design.rmatvec(theta)
             if logistic:
                 buffer[n + 1] = _entropy(p, xp)
             else:
@@ -175,7 +187,7 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True):
         theta = scale * theta
     gap = primal - dual
     return Gap(primal=primal, dual=dual, gap=gap, relative=gap / max(abs(primal), 1e-300),
-               correlation=scale * correlation if scale != 1.0 else correlation), theta
+               correlation=scale * correlation if scale != 1.0 else correlation, scale=scale), theta
 
 
 def safe_radius(loss, gap):
@@ -189,9 +201,7 @@ def column_norms(loss, comm):
     """||a_k|| over all the rows, for each penalized column, on the host (collective: one all-reduce)."""
     design = loss.design
     if loss.active and design.rows:
-        A = design.A
-        squares = A.multiply(A).sum(axis=0) if design.sparse else (A * A).sum(axis=0)
-        local = np.asarray(backend.to_host(squares), dtype=float).ravel()
+        local = np.asarray(backend.to_host(design.column_squares()), dtype=float).ravel()
     else:
         local = np.zeros(design.features)
     return np.sqrt(_allreduce(comm, local))
@@ -205,12 +215,17 @@ def screen(loss, penalty, z, comm, norms):
     subgradient condition |a_k^T theta*| <= l1 holds strictly); every rank gets the same mask, computed from
     all-reduced quantities.  The intercept is never screened.
     """
-    l1 = gap_terms(loss, penalty)[0]
     gap, _ = dual_point(loss, penalty, z, comm, theta_wanted=False)
+    return sphere_test(loss, gap, norms, gap_terms(loss, penalty)[0], comm), gap
+
+
+def sphere_test(loss, gap, norms, l1, comm):
+    """The columns the gap-safe sphere around ``gap``'s dual point does not prove zero (a host boolean array,
+    the same on every rank: all-reduced sums may round differently on different ranks, so rank 0 decides)."""
     correlation = np.abs(np.asarray(backend.to_host(gap.correlation), dtype=float))
     kept = (correlation + safe_radius(loss, gap.gap) * norms >= l1 * (1.0 - 1e-9)).astype(np.uint8)  # margin
-    comm.Bcast(kept, root=0)  # all-reduced sums may round differently on different ranks: rank 0 decides
-    return kept.astype(bool), gap
+    comm.Bcast(kept, root=0)
+    return kept.astype(bool)
 
 
 def duality_gap(loss, penalty, z, comm):

@@ -36,6 +36,10 @@ class ADMMSettings(Settings):
     x_tol_min: float = 1e-12    # but never below this
     screening: bool = False     # gap-safe screening before the solve (L1 / elastic net, squared or logistic;
                                 # off with a checkpoint); see docs/admm.md "Screening"
+    working_set: bool = None    # working sets (workingset.py) for L1 / elastic net with the squared or logistic
+                                # loss: stop at the relative duality gap gap_tol (eps_rel if None); None: on for
+                                # numpy / scipy data without a checkpoint, off on the GPU (not measured there)
+    working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
     blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a
@@ -69,6 +73,10 @@ class ADMMSettings(Settings):
             (number(self.x_tol_factor) and self.x_tol_factor > 0, f"x_tol_factor must be > 0, got {self.x_tol_factor!r}"),
             (number(self.x_tol_min) and self.x_tol_min > 0, f"x_tol_min must be > 0, got {self.x_tol_min!r}"),
             (isinstance(self.screening, bool), f"screening must be True or False, got {self.screening!r}"),
+            (self.working_set is None or isinstance(self.working_set, bool),
+             f"working_set must be True, False or None, got {self.working_set!r}"),
+            (integer(self.working_set_size) and self.working_set_size >= 1,
+             f"working_set_size must be an integer >= 1, got {self.working_set_size!r}"),
             (self.checkpoint is None or isinstance(self.checkpoint, str),
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (integer(self.checkpoint_every) and self.checkpoint_every >= 0,

@@ -40,6 +40,7 @@ import types
 from .gap import column_norms, dual_point, gap_terms, screen
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
+from .workingset import working_set_solve
 
 PENALTY_OPTIONS = ("lam", "l1_ratio", "groups", "lower", "upper")
 
@@ -185,6 +186,7 @@ class Problem:
         self._data = (A_local, b_local)  # for the checksum of a checkpoint, computed only when asked
         self._lambda_max = {}
         self._column_norms = None
+        self._column_cache = None  # the working sets' gathered columns and Gram matrix (workingset.py)
 
     def lambda_max(self, penalty="l1", l1_ratio=0.5):
         """The smallest weight of ``penalty`` for which every coefficient is 0 (None when it has none)."""
@@ -224,6 +226,9 @@ class Problem:
             penalty_object = kind.from_options(options)
         penalty_object.xp = xp
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
+        if self.uses_working_set(settings, engine_penalty):
+            return working_set_solve(self, settings, start, penalty_object, engine_penalty, options, largest,
+                                     warm_start)
         if settings.screening and not settings.checkpoint and gap_terms(shard, engine_penalty) is not None:
             return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,
                                         warm_start)
@@ -256,6 +261,35 @@ class Problem:
         result.timings = dict(setup=setup_time, **result.timings, total=setup_time + result.timings["solve"])
         log.footer(footer_lines(result))
         return result
+
+    def uses_working_set(self, settings, engine_penalty):
+        """Whether this solve runs the working-set solver: it needs a duality gap (L1 or elastic net, the
+        squared or logistic loss) and no checkpoint (whose state is the full engine's); by default
+        (``working_set=None``) only on numpy / scipy data, as it is not measured on the GPU yet."""
+        if settings.checkpoint or gap_terms(self.shard, engine_penalty) is None or settings.working_set is False:
+            return False
+        return settings.working_set or backend.is_numpy(self.xp)
+
+    def on_columns(self, A_columns, gram=None):
+        """This problem restricted to the columns ``A_columns`` (this rank's block, already gathered; the
+        intercept kept), without validating again; ``gram``: their Gram matrix (with the intercept's row),
+        when the caller has it (a working set grows it incrementally)."""
+        sub = Problem.__new__(Problem)
+        sub.comm, sub.xp, sub.blas_threads = self.comm, self.xp, self.blas_threads
+        sub.n_features, sub.loss_options = A_columns.shape[1], self.loss_options
+        sub.loss, sub.intercept, sub.b, sub.delta, sub.x_solver = (self.loss, self.intercept, self.b, self.delta,
+                                                                  self.x_solver)
+        kind = lookup("loss", self.loss)
+        sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp,
+                         **{name: self.loss_options[name] for name in kind.options})
+        if gram is not None and getattr(sub.shard, "method", None) == "cholesky-tall":
+            sub.shard._gram = gram
+        sub.total_rows = self.total_rows
+        sub.kinds = self.comm.allgather(sub.shard.kind)
+        sub._data = (A_columns, self.b)
+        sub._lambda_max, sub._column_norms, sub._column_cache = {}, None, None
+        sub.setup_time = 0.0
+        return sub
 
     def _restricted(self, kept):
         """This problem on the kept columns (a host boolean mask over the penalized columns), or itself."""
@@ -303,8 +337,8 @@ class Problem:
             start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
                                                info={"rho_final": rho})
             round_settings = dict(given, max_iter=min(budget, settings.max_iter - iterations))
-            if settings.time_limit:
-                round_settings["time_limit"] = max(settings.time_limit - solve_time, 1e-9)
+            if settings.time_limit:  # the same on every rank (the settings are checked collectively)
+                round_settings["time_limit"] = max(settings.time_limit - comm.allreduce(solve_time, op=MPI.MAX), 1e-9)
             result = problem.solve(penalty_object, warm_start=start_from, **round_settings)
             iterations += result.iterations
             solve_time += result.timings["solve"]

@@ -18,6 +18,10 @@ solved with a factorization computed once per rho and cached:
   engine's tolerance.
 
 Changing rho reuses the Gram matrix and redoes only the Cholesky factorization.
+The Gram matrix is formed on first use (the first factorization), not when the
+shard is built: the working-set solver (workingset.py) evaluates values,
+gradients and duality gaps of the full problem from the rows and factors only
+the working set's Gram, so the full one is never formed there.
 """
 from ...core import backend
 from ...core.registry import register
@@ -35,7 +39,7 @@ class SquaredLossShard(LossShard):
         """The mean of b over every rank's rows."""
         return comm.allreduce(float(targets.sum())) / comm.allreduce(int(targets.shape[0]))
 
-    def __init__(self, design, b, xp, gram_limit=GRAM_LIMIT):
+    def __init__(self, design, b, xp, gram_limit=GRAM_LIMIT, gram=None):
         super().__init__(design, xp)
         self.b = b
         self.Atb = design.rmatvec(b)
@@ -43,15 +47,22 @@ class SquaredLossShard(LossShard):
         self._factor = None
         self.method = "cg" if design.sparse and design.n > gram_limit else (
             "cholesky-tall" if self.rows >= self.n else "cholesky-wide")
-        if self.method == "cholesky-tall":
-            self.gram = design.gram()
-        elif self.method == "cholesky-wide":
-            self.gram = design.outer_gram()
-        else:
-            self.gram = None
+        self._gram = gram  # formed on first use (self.gram), unless given (the working set's, grown incrementally)
+        if self.method == "cg":
             self.diagonal = None  # diag(A^T A) for the preconditioner, computed on first use
             self._x = xp.zeros(self.n)
         self.iterative = self.method == "cg"
+
+    @property
+    def gram(self):
+        """A_aug^T A_aug (tall shard) or A_aug A_aug^T (wide shard), formed on first use; None for CG."""
+        if self._gram is None and self.method != "cg":
+            self._gram = self.design.gram() if self.method == "cholesky-tall" else self.design.outer_gram()
+        return self._gram
+
+    @property
+    def gram_formed(self):
+        return self._gram is not None
 
     def factorize(self, rho):
         """Cache the Cholesky factor for this rho (no work when rho is unchanged)."""
@@ -108,14 +119,18 @@ class SquaredLossShard(LossShard):
         """f_i(x); 0 for an empty shard."""
         if not self.active:
             return 0.0
-        if self.method == "cholesky-tall":
+        if self.method == "cholesky-tall" and self.gram_formed:
             return 0.5 * float(x @ (self.gram @ x)) - float(self.Atb @ x) + self.half_bb
         residual = self.design.matvec(x) - self.b
         return 0.5 * float(residual @ residual)
 
     def gradient(self, x):
-        if self.method == "cholesky-tall":  # from the Gram matrix, O(n^2), like the value
+        if self.method == "cholesky-tall" and self.gram_formed:  # from the Gram matrix, O(n^2), like the value
             return self.gram @ x - self.Atb
+        if self.design.intercept and not bool(x[:-1].any()):  # only the intercept c: c A_aug^T 1 - A_aug^T b
+            return float(x[-1]) * self.design.ones_correlation() - self.Atb
+        if not bool(x.any()):  # lambda_max's point: no pass over the rows
+            return -self.Atb
         return self.design.rmatvec(self.design.matvec(x) - self.b)
 
     def state(self):

@@ -1,0 +1,191 @@
+"""Working sets (mpiopt.admm.workingset): the outer loop, its column cache and its certificate.
+
+Against independent references: scikit-learn's solutions (the screened columns
+are zero there, on random, correlated and duplicated designs), the full
+consensus-ADMM solver (the same objective to the tolerance, at 1-4 ranks,
+uneven and empty shards, dense and sparse, lasso, elastic net and L1 logistic,
+with and without an intercept), and the Gram matrix formed directly (the
+incremental one is the same).  And: the gap is >= 0 and reaches gap_tol; the
+full Gram matrix is never formed; a path reuses the gathered columns; the
+answer does not depend on the rank count; the setting is checked and a
+checkpoint runs the full solver.
+"""
+import numpy as np
+import pytest
+import scipy.sparse
+from mpi4py import MPI
+
+from conftest import shard_bounds
+from mpiopt.admm import lasso, solve
+from mpiopt.admm.design import Design
+from mpiopt.admm.path import regularization_path
+from mpiopt.admm.solver import Problem
+from mpiopt.admm.workingset import ColumnCache, choose, scores
+from mpiopt.core import CollectiveError
+from test_admm_screening import CASES, design, reference, targets
+
+LOSS = {"lasso": ("squared", "l1", {}), "elastic_net": ("squared", "elastic_net", {"l1_ratio": 0.7}),
+        "logistic_l1": ("logistic", "l1", {})}
+
+
+def problem_data(seed, shape=(60, 25), correlation=0.5, model="lasso", sparse=False):
+    A = design(seed, shape, correlation)
+    b = targets(A, model, seed)
+    if sparse:
+        rng = np.random.default_rng(seed)
+        A = scipy.sparse.csr_matrix(A * (rng.random(A.shape) < 0.3))
+    return A, b
+
+
+def ws_solve(A, b, model, comm, lam_ratio=0.1, intercept=False, **settings):
+    loss, penalty, options = LOSS[model]
+    return solve(A, b, loss, penalty, comm=comm, lam_ratio=lam_ratio, intercept=intercept, **options, **settings)
+
+
+@pytest.mark.parametrize("seed, shape, correlation, model, intercept", CASES)
+def test_screened_columns_are_zero_in_scikit_learns_solution(seed, shape, correlation, model, intercept):
+    """Every column the working-set solver proved zero is zero in scikit-learn's solution, and its answer has
+    scikit-learn's support and objective."""
+    A = design(seed, shape, correlation)
+    b = targets(A, model, seed)
+    loss, penalty, options = LOSS[model]
+    problem = Problem(A, b, loss, MPI.COMM_SELF, intercept=intercept)
+    result = problem.solve(penalty, lam_ratio=0.2, gap_tol=1e-10, **options)
+    assert result.info["working_set"] and result.status == "converged" and result.relative_gap <= 1e-10
+    coef, _ = reference(A, b, model, result.info["lam"], intercept)
+    screened = np.asarray(result.info["screened_columns"], dtype=int)
+    assert not np.any(np.abs(coef[screened]) > 1e-8), "a screened column is nonzero at the optimum"
+    x = np.asarray(result.x)[:A.shape[1]]
+    if model != "logistic_l1" and correlation != "ties":  # duplicated columns: the solution is not unique
+        assert np.abs(x - coef).max() < 1e-5 * max(1.0, np.abs(coef).max())
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("layout", ["even", "uneven", "empty"])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("intercept", [False, True])
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "logistic_l1"])
+def test_working_sets_reach_the_full_solvers_objective(comm, model, intercept, sparse, layout):
+    if layout == "empty" and comm.size == 1:
+        pytest.skip("one rank cannot leave a rank empty")
+    A, b = problem_data(3, (80, 30) if model != "logistic_l1" else (120, 30), 0.5, model, sparse)
+    start, stop = shard_bounds(A.shape[0], comm, layout)
+    A_local, b_local = A[start:stop], b[start:stop]
+    full = ws_solve(A_local, b_local, model, comm, intercept=intercept, working_set=False, gap_tol=1e-11,
+                    eps_abs=0.0, eps_rel=0.0, max_iter=20000)
+    ws = ws_solve(A_local, b_local, model, comm, intercept=intercept, gap_tol=1e-9)
+    assert ws.info["working_set"] and ws.status == "converged"
+    assert 0 <= ws.gap and ws.relative_gap <= 1e-9
+    # the certificate bounds the distance to the optimum, and the full solver's objective is at least P*
+    assert ws.objective <= full.objective + 1e-9 * abs(full.objective)
+    assert full.objective <= ws.objective + ws.gap + 1e-12 * abs(full.objective)
+    # every rank has the same answer
+    x = np.asarray(ws.x)
+    assert np.array_equal(comm.bcast(x, root=0), x)
+
+
+@pytest.mark.mpi(min_size=2)
+def test_the_answer_does_not_depend_on_the_rank_count(comm):
+    A, b = problem_data(5, (90, 40), 0.9)
+    start, stop = shard_bounds(A.shape[0], comm, "uneven")
+    distributed = ws_solve(A[start:stop], b[start:stop], "lasso", comm, intercept=True, gap_tol=1e-10)
+    alone = ws_solve(A, b, "lasso", MPI.COMM_SELF, intercept=True, gap_tol=1e-10)
+    assert abs(distributed.objective - alone.objective) <= 2e-10 * abs(alone.objective)
+    assert np.abs(np.asarray(distributed.x) - np.asarray(alone.x)).max() < 1e-4
+
+
+@pytest.mark.mpi(min_size=2)
+def test_a_time_limit_is_one_decision_for_every_rank(comm):
+    """Each rank's clock differs: the limit and the inner solves' settings come from one agreed time."""
+    A, b = problem_data(6, (200, 60), 0.9)
+    start, stop = shard_bounds(A.shape[0], comm, "uneven")
+    result = ws_solve(A[start:stop], b[start:stop], "lasso", comm, gap_tol=1e-14, time_limit=0.05)
+    assert result.status in ("time_limit", "converged", "max_iter")
+
+
+@pytest.mark.parametrize("model", ["lasso", "elastic_net", "logistic_l1"])
+def test_the_gap_is_nonnegative_and_reaches_the_tolerance(model):
+    A, b = problem_data(7, (100, 60), 0.5, model)
+    for tol in (1e-4, 1e-8):
+        result = ws_solve(A, b, model, MPI.COMM_SELF, gap_tol=tol)
+        gaps = [row["gap"] for row in result.info["outer"]]
+        assert min(gaps) >= -1e-12 * abs(result.objective)
+        assert result.relative_gap <= tol and result.relative_gap == result.info["outer"][-1]["relative_gap"]
+        assert result.info["outer"][0]["relative_gap"] > tol  # it did work to get there
+        assert result.iterations == result.info["outer"][-1]["iterations"] == len(result.history["iter"])
+    # the default stopping rule is a relative gap of 1e-6
+    assert ws_solve(A, b, model, MPI.COMM_SELF).relative_gap <= 1e-6
+
+
+def test_the_full_gram_matrix_is_never_formed():
+    A, b = problem_data(8, (400, 300), 0.0)
+    problem = Problem(A, b, "squared", MPI.COMM_SELF)
+    result = problem.solve("l1", lam_ratio=0.3)
+    assert result.info["working_set"] and not problem.shard.gram_formed
+    assert max(result.info["working_set_sizes"]) < 300 and len(problem._column_cache) < 300
+    full = problem.solve("l1", lam_ratio=0.3, working_set=False)  # the full solver forms it
+    assert problem.shard.gram_formed and abs(full.objective - result.objective) <= 1e-5 * result.objective
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("intercept", [False, True])
+def test_the_incremental_gram_matrix_is_the_direct_one(sparse, intercept):
+    A, _ = problem_data(9, (50, 30), 0.5, sparse=sparse)
+    cache = ColumnCache(Design(A, intercept, np), np, gram_wanted=True)
+    cache.add(np.array([4, 1, 7]))
+    cache.add(np.array([1, 20, 3, 9]))
+    cache.add(np.array([25]))
+    assert list(cache.order) == [4, 1, 7, 20, 3, 9, 25]  # in the order they came
+    for columns in ([4, 1, 7, 3, 9, 20, 25], [7, 20, 25], [3]):
+        block, gram = cache.take(np.array(columns))
+        dense = A.toarray() if sparse else A
+        expected_block = dense[:, columns]
+        assert np.allclose(block.toarray() if sparse else block, expected_block, rtol=0, atol=0)
+        augmented = np.hstack([expected_block, np.ones((50, 1))]) if intercept else expected_block
+        assert np.allclose(gram, augmented.T @ augmented, rtol=1e-13, atol=1e-12)
+        x = np.linspace(-1, 1, len(columns))
+        margin = cache.margin(x, np.array(columns), 0.5)
+        assert np.allclose(margin, expected_block @ x + (0.5 if intercept else 0.0), rtol=1e-13, atol=1e-12)
+
+
+def test_the_working_set_rule():
+    """The support first, then the smallest scores; size max(p0, 2 |support|, the last size); screened never."""
+    norms = np.ones(8)
+    correlation = np.array([1.0, 0.2, 0.9, 0.5, 0.99, 0.1, 0.0, 0.8])
+    kept = np.array([True] * 7 + [False])
+    d = scores(correlation, norms, 1.0, kept)
+    assert np.isinf(d[7]) and d[4] < d[2] < d[3]
+    support = np.zeros(8, dtype=bool)
+    support[5] = True
+    assert list(choose(d, support, 0, 3)) == [0, 4, 5]
+    assert list(choose(d, support, 4, 3)) == [0, 2, 4, 5]  # never smaller than the last working set
+    support[[1, 3]] = True
+    chosen = choose(d, support, 0, 2)
+    assert {1, 3, 5} <= set(chosen) and len(chosen) == 6 and 7 not in chosen
+
+
+def test_a_path_reuses_the_gathered_columns_and_matches_the_full_path():
+    A, b = problem_data(10, (150, 80), 0.5)
+    ws = regularization_path(A, b, "squared", "l1", MPI.COMM_SELF, n_lams=8, lam_min_ratio=0.05, gap_tol=1e-9)
+    full = regularization_path(A, b, "squared", "l1", MPI.COMM_SELF, n_lams=8, lam_min_ratio=0.05,
+                               working_set=False, gap_tol=1e-11, eps_abs=0.0, eps_rel=0.0, max_iter=20000)
+    assert all(r.info["working_set"] for r in ws.results)
+    assert np.all(ws.objectives <= full.objectives + 1e-9 * np.abs(full.objectives))
+    assert np.all(full.objectives <= ws.objectives + np.array([r.gap for r in ws.results]) + 1e-12)
+    assert ws.results[0].iterations == 0  # lambda_max: 0 is certified at once
+    assert ws.results[0].relative_gap <= 1e-12
+
+
+def test_settings_are_checked_and_a_checkpoint_runs_the_full_solver(tmp_path):
+    A, b = problem_data(11, (60, 20), 0.0)
+    with pytest.raises(CollectiveError, match="working_set must be True, False or None"):
+        lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, working_set="yes")
+    with pytest.raises(CollectiveError, match="working_set_size"):
+        lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, working_set_size=0)
+    checkpointed = lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, checkpoint=str(tmp_path / "state.npz"))
+    assert "outer_iterations" not in checkpointed.info and (tmp_path / "state.npz").exists()
+    # where there is no duality gap (ridge, Huber) the full solver runs, even when asked for working sets
+    ridge = solve(A, b, "squared", "l2", lam=1.0, comm=MPI.COMM_SELF, working_set=True)
+    assert "outer_iterations" not in ridge.info
+    off = lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, working_set=False)
+    assert "outer_iterations" not in off.info

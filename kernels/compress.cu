@@ -9,6 +9,14 @@
 // same text also compiles for the host (the tests build it with nvcc as a host library and compare it with
 // numpy on the CPU); the __global__ kernels are thin loops around them.
 //
+// Subnormals: CuPy compiles every kernel with -ftz=true, appended after the caller's options (so a
+// --ftz=false in NVRTC_OPTIONS cannot undo it), and under it every float32 instruction the compiler emits
+// (add, mul, div, cvt, setp, neg) flushes subnormal inputs and results to zero, which numpy never does.  So
+// the float32 arithmetic, conversions, comparisons and negations below are inline PTX without .ftz, or
+// integer operations on the bits: the results are the same whatever -ftz the compiler was given
+// (float64 instructions never flush).  The exception is atomicAdd on float32 (scatter_add), which the
+// hardware always flushes.
+//
 // Launch: one thread per element (or per group noted at each kernel), 1-D grid; n is a long long.
 
 #define MPIOPT_HD __host__ __device__ inline
@@ -16,7 +24,9 @@
 // ---- explicitly rounded arithmetic ------------------------------------------------------------
 MPIOPT_HD float mul_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
 #else
     return a * b;
 #endif
@@ -30,7 +40,9 @@ MPIOPT_HD double mul_rn(double a, double b) {
 }
 MPIOPT_HD float add_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
+    float r;
+    asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
 #else
     return a + b;
 #endif
@@ -44,7 +56,9 @@ MPIOPT_HD double add_rn(double a, double b) {
 }
 MPIOPT_HD float div_rn(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return __fdiv_rn(a, b);
+    float r;
+    asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
 #else
     return a / b;
 #endif
@@ -56,7 +70,15 @@ MPIOPT_HD double div_rn(double a, double b) {
     return a / b;
 #endif
 }
-MPIOPT_HD float floor_of(float a) { return floorf(a); }
+MPIOPT_HD float floor_of(float a) {
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("cvt.rmi.f32.f32 %0, %1;" : "=f"(r) : "f"(a));
+    return r;
+#else
+    return floorf(a);
+#endif
+}
 MPIOPT_HD double floor_of(double a) { return floor(a); }
 MPIOPT_HD double sqrt_rn(double a) {
 #ifdef __CUDA_ARCH__
@@ -67,11 +89,54 @@ MPIOPT_HD double sqrt_rn(double a) {
 }
 MPIOPT_HD float to_float_rn(double a) {
 #ifdef __CUDA_ARCH__
-    return __double2float_rn(a);
+    float r;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
+    return r;
 #else
     return (float)a;
 #endif
 }
+// Exact widening of a float32 (its subnormals included); a float64 passes through.
+MPIOPT_HD double to_double(float a) {
+#ifdef __CUDA_ARCH__
+    double r;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(a));
+    return r;
+#else
+    return (double)a;
+#endif
+}
+MPIOPT_HD double to_double(double a) { return a; }
+// A float32 as T (float or double), exactly.
+MPIOPT_HD float as_type(float a, float) { return a; }
+MPIOPT_HD double as_type(float a, double) { return to_double(a); }
+
+// The bits of a float32 and back (a move: no instruction that could flush).
+MPIOPT_HD u32 float_bits(float v) {
+    union { float f; u32 u; } pun;
+    pun.f = v;
+    return pun.u;
+}
+MPIOPT_HD float bits_float(u32 u) {
+    union { float f; u32 u; } pun;
+    pun.u = u;
+    return pun.f;
+}
+// x >= 0 and x > 0 as numpy has them (false for NaN; -0 >= 0; a negative subnormal < 0): on the bits for
+// float32, whose device comparisons flush under -ftz=true.
+MPIOPT_HD bool nonnegative(float x) {
+    u32 u = float_bits(x), magnitude = u & 0x7FFFFFFFu;
+    return magnitude <= 0x7F800000u && (!(u >> 31) || magnitude == 0);
+}
+MPIOPT_HD bool nonnegative(double x) { return x >= 0.0; }
+MPIOPT_HD bool positive(float x) {
+    u32 u = float_bits(x);
+    return !(u >> 31) && u != 0 && u <= 0x7F800000u;
+}
+MPIOPT_HD bool positive(double x) { return x > 0.0; }
+// -x, the sign bit flipped (float32: also for a subnormal)
+MPIOPT_HD float negated(float x) { return bits_float(float_bits(x) ^ 0x80000000u); }
+MPIOPT_HD double negated(double x) { return -x; }
 
 // ---- Philox4x64-10 (Salmon, Moraes, Dror and Shaw 2011; Random123's philox4x64_R(10, ...)) --------
 // numpy.random.Philox is the same generator: the numpy twin draws whole buffers through it.
@@ -173,7 +238,7 @@ MPIOPT_HD float qsgd_norm_of_bucket(const T* x, long long n, long long bucket, l
     double total = 0.0;
     if (use_max) {
         for (long long i = start; i < stop; ++i) {
-            double v = (double)x[i];
+            double v = to_double(x[i]);
             double a = v < 0.0 ? -v : v;
             if (a > total || a != a) total = a;
             if (total != total) break;
@@ -186,7 +251,7 @@ MPIOPT_HD float qsgd_norm_of_bucket(const T* x, long long n, long long bucket, l
 #pragma unroll
         for (int j = 0; j < QSGD_LANES; ++j) {
             if (t + j < stop) {
-                double v = (double)x[t + j];
+                double v = to_double(x[t + j]);
                 lane[j] = add_rn(lane[j], mul_rn(v, v));
             }
         }
@@ -199,7 +264,7 @@ MPIOPT_HD float qsgd_norm_of_bucket(const T* x, long long n, long long bucket, l
 // The level of one element: scale = levels / norm (0 where norm <= 0), y = x scale + u, clipped floor(y).
 template <typename T>
 MPIOPT_HD int qsgd_level(T x, float norm, int levels, T u) {
-    T scale = norm > 0.0f ? div_rn((T)levels, (T)norm) : (T)0;
+    T scale = positive(norm) ? div_rn((T)levels, as_type(norm, T())) : (T)0;
     T y = floor_of(add_rn(mul_rn(x, scale), u));
     T bound = (T)levels;
     if (y > bound) y = bound;
@@ -239,7 +304,7 @@ MPIOPT_HD T qsgd_decoded(const unsigned char* stored, const float* norms, long l
         int nibble = (stored[i / 2] >> (4 * (int)(i % 2))) & 0x0F;
         level = nibble >= 8 ? nibble - 16 : nibble;
     }
-    T step = (T)div_rn(norms[i / bucket], (float)levels);
+    T step = as_type(div_rn(norms[i / bucket], (float)levels), T());
     return mul_rn((T)level, step);
 }
 
@@ -296,13 +361,13 @@ MPIOPT_HD unsigned char sign_byte(const T* x, long long n, long long j) {
     unsigned int byte = 0;
     for (int t = 0; t < 8; ++t) {
         long long i = 8 * j + t;
-        if (i < n && x[i] >= (T)0) byte |= 1u << (7 - t);
+        if (i < n && nonnegative(x[i])) byte |= 1u << (7 - t);
     }
     return (unsigned char)byte;
 }
 template <typename T>
 MPIOPT_HD T sign_value(const unsigned char* bits, T magnitude, long long i) {
-    return ((bits[i / 8] >> (7 - (int)(i % 8))) & 1) ? magnitude : -magnitude;
+    return ((bits[i / 8] >> (7 - (int)(i % 8))) & 1) ? magnitude : negated(magnitude);
 }
 
 // One thread per byte.
@@ -321,7 +386,7 @@ extern "C" __global__ void sign_unpack_f32(const unsigned char* bits, const floa
 }
 extern "C" __global__ void sign_unpack_f64(const unsigned char* bits, const float* scale, long long n, double* out) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = sign_value(bits, (double)scale[0], i);
+    if (i < n) out[i] = sign_value(bits, to_double(scale[0]), i);
 }
 
 // ---- Top-K -------------------------------------------------------------------------------------------
@@ -391,23 +456,13 @@ extern "C" __global__ void from_fp16_f32(const unsigned short* h, float* out, lo
 }
 extern "C" __global__ void from_fp16_f64(const unsigned short* h, double* out, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = (double)half_to_float(h[i]);
+    if (i < n) out[i] = to_double(half_to_float(h[i]));
 }
 
 // ---- bf16: the upper half of the float32 bits, rounded to nearest even; NaN -> quiet NaN, sign kept ----
 MPIOPT_HD unsigned short bf16_of_bits(u32 bits) {
     if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)(0x7FC0u | ((bits >> 16) & 0x8000u));
     return (unsigned short)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
-MPIOPT_HD u32 float_bits(float v) {
-    union { float f; u32 u; } pun;
-    pun.f = v;
-    return pun.u;
-}
-MPIOPT_HD float bits_float(u32 u) {
-    union { float f; u32 u; } pun;
-    pun.u = u;
-    return pun.f;
 }
 extern "C" __global__ void to_bf16_f32(const float* x, unsigned short* out, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -423,5 +478,5 @@ extern "C" __global__ void from_bf16_f32(const unsigned short* b, float* out, lo
 }
 extern "C" __global__ void from_bf16_f64(const unsigned short* b, double* out, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = (double)bits_float((u32)b[i] << 16);
+    if (i < n) out[i] = to_double(bits_float((u32)b[i] << 16));
 }

@@ -75,3 +75,14 @@ def gpu_available():
 
 # For tests marked ``gpu``: ``@requires_gpu`` skips them cleanly without CuPy or a device.
 requires_gpu = pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
+
+
+def pytest_runtest_logreport(report):
+    """At two ranks and more, a rank's failure is written out at once, traceback and all: a rank that fails
+    a collective test and then waits in the next one (its peers still in the first) is ended by a timeout that
+    exits the process, and pytest's end-of-run summary, where the traceback would be, never comes."""
+    if report.failed and MPI.COMM_WORLD.size > 1:
+        rank = MPI.COMM_WORLD.rank
+        sys.__stderr__.write(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when}):\n{report.longreprtext}\n"
+                             f"[rank {rank}] end of {report.nodeid}\n")
+        sys.__stderr__.flush()

@@ -386,6 +386,31 @@ def test_a_broken_cuda_source_fails_to_compile():
     assert not ok and "error" in output
 
 
+@needs_nvcc
+def test_the_bitwise_kernels_do_not_flush_subnormals_under_cupys_ftz(tmp_path):
+    """CuPy appends -ftz=true to every NVRTC compile (after the caller's options): the kernels whose results
+    are compared bit for bit must emit no flushing float32 instruction even then.  Found on an H200, where
+    sign_pack took the negative subnormal 0x807FFFFF for >= 0 and to_bf16(float64) flushed subnormals.
+    (qsgd_quantize keeps flushing ones on values that are never subnormal: the uniform numbers, which are
+    multiples of 2^-24, and the integral levels and bounds it clips and truncates.)"""
+    source = tmp_path / "compress.cu"
+    source.write_text(cuda_source("compress"), encoding="utf-8")
+    done = subprocess.run([NVCC, "--ptx", "-arch=sm_90", "--std=c++17", "-ftz=true", "-o", str(tmp_path / "c.ptx"),
+                           str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    ptx = (tmp_path / "c.ptx").read_text(encoding="utf-8")
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}\n", ptx, flags=re.S))
+    bitwise = ["sign_pack_f32", "sign_pack_f64", "sign_unpack_f32", "sign_unpack_f64", "to_bf16_f32",
+               "to_bf16_f64", "from_bf16_f32", "from_bf16_f64", "from_fp16_f64", "to_fp16_f32", "to_fp16_f64",
+               "qsgd_norms_f32", "qsgd_norms_f64", "qsgd_dequantize_f32", "qsgd_dequantize_f64"]
+    assert set(bitwise) <= set(entries)
+    flushing = {name: sorted(set(re.findall(r"\b\w+(?:\.\w+)*\.ftz(?:\.\w+)*", entries[name]))) for name in bitwise}
+    assert not any(flushing.values()), flushing
+    quantize = set(re.findall(r"\b\w+(?:\.\w+)*\.ftz(?:\.\w+)*", entries["qsgd_quantize_f32"]))
+    assert quantize <= {"mul.ftz.f32", "cvt.rzi.ftz.s32.f32", "setp.gt.ftz.f32", "setp.lt.ftz.f32",
+                        "neg.ftz.f32"}, quantize
+
+
 def test_compress_is_an_installed_cuda_source():
     assert "compress" in cuda_sources()
     source = cuda_source("compress")

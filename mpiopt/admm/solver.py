@@ -270,15 +270,17 @@ class Problem:
             return False
         return settings.working_set or backend.is_numpy(self.xp)
 
-    def on_columns(self, A_columns, gram=None):
+    def on_columns(self, A_columns, gram=None, x_solver=None):
         """This problem restricted to the columns ``A_columns`` (this rank's block, already gathered; the
         intercept kept), without validating again; ``gram``: their Gram matrix (with the intercept's row),
-        when the caller has it (a working set grows it incrementally)."""
+        when the caller has it (a working set grows it incrementally); ``x_solver``: the iterative losses'
+        x-step solver there (None: this problem's)."""
         sub = Problem.__new__(Problem)
         sub.comm, sub.xp, sub.blas_threads = self.comm, self.xp, self.blas_threads
-        sub.n_features, sub.loss_options = A_columns.shape[1], self.loss_options
-        sub.loss, sub.intercept, sub.b, sub.delta, sub.x_solver = (self.loss, self.intercept, self.b, self.delta,
-                                                                  self.x_solver)
+        sub.n_features = A_columns.shape[1]
+        sub.loss_options = dict(self.loss_options, x_solver=x_solver or self.loss_options["x_solver"])
+        sub.loss, sub.intercept, sub.b, sub.delta = self.loss, self.intercept, self.b, self.delta
+        sub.x_solver = sub.loss_options["x_solver"]
         kind = lookup("loss", self.loss)
         sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp,
                          **{name: self.loss_options[name] for name in kind.options})

@@ -14,6 +14,7 @@ penalties with the squared or logistic loss (those with a duality gap, gap.py):
             and never smaller than the last W                (skglm's size rule, made monotone)
         solve the problem restricted to W by consensus ADMM, warm-started from (x_W, u_W, rho),
             to a relative gap 0.3 x the full problem's       (celer's inner tolerance)
+            (logistic: Newton x-steps while |W| <= 500, else the problem's x_solver)
 
 Only the working set's columns are gathered on each rank (Fortran-ordered,
 kept across outer iterations and along a path) and, for the squared loss, only
@@ -51,6 +52,8 @@ from .result import ADMMResult
 INNER_FRACTION = 0.3     # the restricted problem is solved to this fraction of the full problem's gap
 INNER_GAP_EVERY = 5      # the inner solves check their (cheap, restricted) gap this often
 MAX_OUTER = 100
+NEWTON_COLUMNS = 500     # restricted logistic problems up to this many columns take Newton x-steps (measured
+                         # faster than L-BFGS there: 0.26 vs 0.42 s on a wide, 1.0 vs 3.1 s on a sparse design)
 
 
 class ColumnCache:
@@ -287,7 +290,8 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
             # 3. the restricted problem, warm-started, to a fraction of the current gap
             cache.add(columns)
             block, gram = cache.take(columns)
-            sub = problem.on_columns(block, gram)
+            sub = problem.on_columns(block, gram, x_solver="newton" if len(columns) + intercept <= NEWTON_COLUMNS
+                                     and shard.iterative else None)
             index = xp.asarray(np.concatenate([columns, [features]]) if intercept else columns)
             start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
                                                info={"rho_final": rho})

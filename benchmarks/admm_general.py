@@ -13,6 +13,14 @@ path: one warm-started path over the same 20 weights as lasso_path, timed whole
 rho: iterations to converge for fixed rho over a grid around the data-scale
 default, and adaptive rho started 100x below the best fixed rho.
 Output: tables on rank 0 and JSON (--output).
+
+logistic-designs / path-designs: issue 14's comparison (sparse_solvers.py):
+time to a relative objective gap of 1e-6 for L1 logistic beside scikit-learn,
+celer and skglm on the five designs, and for the 20-weight lasso path beside
+lasso_path and skglm's path (--designs; default: the independent design).
+
+    mpiexec -n 2 python benchmarks/admm_general.py --part logistic-designs --designs all
+    mpiexec -n 2 python benchmarks/admm_general.py --part path-designs
 """
 import argparse
 import os
@@ -22,13 +30,14 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import sparse_solvers  # noqa: E402
 from common import median_time, printer, summarize, wait_without_spinning, write_result  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=["logistic", "path", "rho"], required=True)
+    parser.add_argument("--part", choices=["logistic", "path", "rho", "logistic-designs", "path-designs"], required=True)
     parser.add_argument("--rows", type=int, default=100000)
     parser.add_argument("--cols", type=int, default=1000)
     parser.add_argument("--correlation", type=float, default=0.0)
@@ -37,7 +46,9 @@ def parse_args(argv=None):
     parser.add_argument("--target", type=float, default=1e-6)
     parser.add_argument("--x-solver", default="lbfgs")
     parser.add_argument("--output", default=None)
-    return parser.parse_args(argv)
+    parser.add_argument("--seed", type=int, default=0)
+    sparse_solvers.add_arguments(parser, "general")
+    return sparse_solvers.apply_quick(parser.parse_args(argv))
 
 
 def main(argv=None):
@@ -50,6 +61,8 @@ def main(argv=None):
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
+    if args.part.endswith("-designs"):
+        return designs_suite(args, comm)
     check_writable(args.output or f"results/admm_{args.part}.json", comm)  # before minutes of work, not after
     say = printer(comm)
     A, b, _ = make_lasso(args.rows, args.cols, correlation=args.correlation, comm=comm)
@@ -64,6 +77,23 @@ def main(argv=None):
     payload.update(benchmark=f"admm_general-{args.part}", rows=args.rows, cols=args.cols, ranks=comm.size,
                    correlation=args.correlation)
     write_result(comm, args.output or f"results/admm_{args.part}.json", payload)
+    return 0
+
+
+def designs_suite(args, comm):
+    """Issue 14's L1-logistic or path comparison over the designs (sparse_solvers.py)."""
+    from mpiopt.core.io import check_writable
+    family = args.part.split("-")[0]
+    output = args.output or f"results/admm_{family}_designs.json"
+    check_writable(output, comm)
+    say = printer(comm)
+    say(f"admm_general --part {args.part}: {comm.size} ranks, {available_cores()} cores, target {args.target:g}")
+    payload = sparse_solvers.run_family(family, args, comm, say)
+    payload.update(rows=args.rows, cols=args.cols)
+    say("\n" + payload["markdown"])
+    write_result(comm, output, payload)
+    if comm.rank == 0:
+        sparse_solvers.write_markdown_beside(output, payload)
     return 0
 
 

@@ -19,6 +19,14 @@ scikit-learn runs on rank 0 with all of the machine's cores available to its
 BLAS while the other ranks sleep; it gets the full matrix as generated (C
 order) and, separately, in its preferred Fortran order (the copy not timed).
 Output: a table on rank 0, JSON (--output) and optionally a plot (--plot).
+
+With --designs (or --quick), the designs suite of issue 14 instead: time to a
+relative objective gap of 1e-6 beside scikit-learn, celer and skglm on
+independent, Toeplitz-correlated (0.5, 0.9), wide and sparse power-law CSR
+designs; see sparse_solvers.py for the definitions.
+
+    mpiexec -n 2 python benchmarks/admm_lasso.py --designs all
+    mpiexec -n 2 python benchmarks/admm_lasso.py --quick        # seconds (the tests)
 """
 import argparse
 import os
@@ -28,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import sparse_solvers  # noqa: E402
 from common import printer, summarize, timed, wait_without_spinning, write_result  # noqa: E402
 from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
 
@@ -57,7 +66,8 @@ def parse_args(argv=None):
     parser.add_argument("--no-sklearn", action="store_true", help="ADMM only")
     parser.add_argument("--output", default="results/admm_lasso.json")
     parser.add_argument("--plot", help="PNG file: relative objective gap against time for every run")
-    return parser.parse_args(argv)
+    sparse_solvers.add_arguments(parser, "lasso")
+    return sparse_solvers.apply_quick(parser.parse_args(argv))
 
 
 def main(argv=None):
@@ -74,6 +84,8 @@ def main(argv=None):
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
+    if args.designs is not None or args.quick:
+        return designs_suite(args, comm)
     check_writable([args.output, args.plot], comm)  # before minutes of work, not after
     say = printer(comm)
     say(f"admm_lasso benchmark: {args.rows} x {args.cols}, {comm.size} ranks, "
@@ -150,6 +162,22 @@ def main(argv=None):
         plot(runs, args.plot, args.target, f"lasso {args.rows} x {args.cols}, column correlation "
              f"{args.correlation}, {comm.size} ranks (median of {args.repeat})")
         print(f"plot written to {args.plot}")
+    return 0
+
+
+def designs_suite(args, comm):
+    """Issue 14's lasso comparison over five designs (sparse_solvers.py)."""
+    from mpiopt.core.io import check_writable
+    output = args.output if args.output != "results/admm_lasso.json" else "results/admm_lasso_designs.json"
+    check_writable(output, comm)
+    say = printer(comm)
+    say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, lam = {args.lam_ratio} lambda_max, "
+        f"target {args.target:g}")
+    payload = sparse_solvers.run_family("lasso", args, comm, say)
+    say("\n" + payload["markdown"])
+    write_result(comm, output, payload)
+    if comm.rank == 0:
+        sparse_solvers.write_markdown_beside(output, payload)
     return 0
 
 

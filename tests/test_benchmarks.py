@@ -99,3 +99,101 @@ def test_gpu_check_script_ends_cleanly_without_a_gpu(tmp_path):
     result = json.loads((folder / "kernels.json").read_text())
     assert result == {"benchmark": "kernels", "gpu": None, "reason": result["reason"], "host": result["host"]}
     assert (folder / "kernels.md").read_text().startswith("Kernels: no GPU here")
+
+
+# Issue 14's designs suite (benchmarks/sparse_solvers.py): scikit-learn, celer and skglm are optional, so the quick
+# run must pass, and say "not installed", without celer and skglm.
+import importlib.util  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import sparse_solvers  # noqa: E402
+
+SUITE_CASES = [
+    ("admm_lasso.py", ["--quick"], "lasso"),
+    ("admm_general.py", ["--part", "logistic-designs", "--quick", "--designs", "independent,sparse"], "logistic"),
+    ("admm_general.py", ["--part", "path-designs", "--quick", "--designs", "independent"], "path"),
+]
+
+
+def _check_suite(result, family, missing=()):
+    assert result["family"] == family and result["ranks"] == 2
+    assert result["markdown"] == sparse_solvers.render_tables(result)
+    for entry in result["designs"]:
+        rows = {row["solver"].split(" (tol")[0]: row for row in entry["rows_of_table"]}
+        admm = [row for row in entry["rows_of_table"] if row["package"] == "mpiopt"]
+        assert len(admm) == len(result["working_set_variants"]) >= 1
+        for row in admm:  # tiny problems: ADMM reaches 1e-6 and certifies its gap
+            assert row["status"] == "reached" and row["relative_gap"] <= result["target"]
+            assert row["mpiopt_relative_gap"] is not None and row["iterations"] > 0
+        for row in entry["rows_of_table"]:
+            installed = result["installed"][row["package"]] if row["package"] != "mpiopt" else True
+            if row["package"] in missing or not installed:
+                assert row["status"] == "not installed"
+            elif row["package"] == "scikit-learn":
+                assert row["status"] == "reached" and row["seconds"] > 0
+        assert all(np.isfinite(entry["reference_objectives"])) and rows
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("script, arguments, family", SUITE_CASES, ids=[c[2] for c in SUITE_CASES])
+def test_designs_suite_quick_run_at_two_ranks(tmp_path, script, arguments, family):
+    output = tmp_path / "suite.json"
+    completed = run_mpi(2, str(ROOT / "benchmarks" / script), *arguments, "--output", str(output), timeout=200)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count(f"JSON written to {output}") == 1
+    result = json.loads(output.read_text())
+    _check_suite(result, family)
+    for name in ("celer", "skglm"):
+        assert result["installed"][name] == (importlib.util.find_spec(name) is not None)
+    assert (tmp_path / "suite.md").read_text().startswith(result["markdown"].split("\n")[0])
+
+
+@pytest.mark.timeout(120)
+def test_designs_suite_reports_missing_competitors(tmp_path):
+    output = tmp_path / "suite.json"
+    completed = run_mpi(2, str(ROOT / "benchmarks" / "admm_lasso.py"), "--quick", "--designs", "independent,wide",
+                        "--pretend-missing", "celer,skglm", "--output", str(output), timeout=100)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(output.read_text())
+    assert result["installed"] == {"scikit-learn": True, "celer": False, "skglm": False}
+    _check_suite(result, "lasso", missing=("celer", "skglm"))
+    assert result["markdown"].count("not installed") == 2 * 2
+
+
+def test_designs_are_seeded_and_scaled_as_documented():
+    import argparse
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--cols", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=0)
+    sparse_solvers.add_arguments(parser, "lasso")
+    args = parser.parse_args(["--sparse-rows", "20000", "--sparse-cols", "200", "--sparse-density", "0.01"])
+    A, b = sparse_solvers.make_design("corr0.9", args)
+    again, _ = sparse_solvers.make_design("corr0.9", args)
+    assert A.flags.c_contiguous and np.array_equal(A, again)
+    correlation = np.corrcoef(A[:, :4], rowvar=False)
+    assert abs(correlation[0, 1] - 0.9) < 0.03 and abs(correlation[0, 2] - 0.81) < 0.04
+    S, y = sparse_solvers.make_design("sparse", args, logistic=True)
+    assert S.format == "csr" and set(np.unique(y)) <= {-1.0, 1.0}
+    assert abs(S.nnz / (20000 * 200) - 0.01) < 0.003
+    frequencies = np.diff(S.tocsc().indptr)
+    assert frequencies[0] > 20 * frequencies[-1] > 0  # power law: column k ~ 1 / (k + 1)
+    with pytest.raises(SystemExit, match="unknown design"):
+        sparse_solvers.chosen_designs("independent,banana")
+
+
+def test_relative_gaps_use_the_final_reference_and_the_fastest_reached_run():
+    entry = {"design": "independent", "reference_objectives": [100.0], "runs": [
+        {"solver": "skglm Lasso", "package": "skglm", "tolerance": 1e-4, "seconds": 0.1, "iterations": 3,
+         "objectives": [100.001]},
+        {"solver": "skglm Lasso", "package": "skglm", "tolerance": 1e-5, "seconds": 0.2, "iterations": 4,
+         "objectives": [100.00001]},
+        {"solver": "celer Lasso", "package": "celer", "not_installed": True},
+        {"solver": "mpiopt ADMM lasso (working_set=False)", "package": "mpiopt", "tolerance": 1e-6, "seconds": 0.15,
+         "iterations": 40, "objectives": [100.0], "mpiopt_relative_gap": 1e-7}]}
+    sparse_solvers.score_runs(entry, 1e-6)
+    rows = {row["solver"]: row for row in sparse_solvers.table_rows(entry, "lasso", {})}
+    assert rows["skglm Lasso"]["tolerance"] == 1e-5 and rows["celer Lasso"]["status"] == "not installed"
+    admm = rows["mpiopt ADMM lasso (working_set=False)"]
+    assert admm["ratio_to_fastest_competitor"] == pytest.approx(0.75) and admm["target_met"] is True

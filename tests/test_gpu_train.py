@@ -394,13 +394,16 @@ TOLERANCE = {"powersgd": 1e-4}
 @pytest.mark.parametrize("route", gpu_routes())
 @pytest.mark.parametrize("name", ["mpi", "ring"])
 @pytest.mark.parametrize("compressor", sorted(COMPRESSORS))
-def test_gpu_compressed_allreduce_equals_numpy(comm, cupy, compressor, name, route):
+@pytest.mark.parametrize("dtype, n", [(np.float32, 4096), (np.float64, 1266)], ids=["float32-4096", "float64-1266"])
+def test_gpu_compressed_allreduce_equals_numpy(comm, cupy, compressor, name, route, dtype, n):
+    # 1266 float64: every payload but the first lies at a misaligned offset of the gathered bytes (Top-K's
+    # 12 k with k = 127, sign's 4 + 159, QSGD's 4 buckets + 1266), which must not reach a kernel as such
     stream = random_stream(7, "gpu-compressed", comm.rank)
     options = {"ratio": 0.1} if compressor in ("topk", "randomk") else {}
     with get_reducer(name, comm, compressor=compressor, cuda_aware=route == "direct", **options) as on_host, \
             get_reducer(name, comm, compressor=compressor, cuda_aware=route == "direct", **options) as on_gpu:
         for step in range(3):  # error feedback and warm starts carry over the steps
-            x = stream.standard_normal(4096).astype(np.float32)
+            x = stream.standard_normal(n).astype(dtype)
             expected = on_host.allreduce(x, name="g", op="mean")
             got = on_gpu.allreduce(cupy.asarray(x), name="g", op="mean")
             assert isinstance(got, cupy.ndarray)

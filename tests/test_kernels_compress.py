@@ -767,3 +767,20 @@ def test_gpu_error_feedback_keeps_its_residual_on_the_device(cp, name):
         residual = on_gpu.residual("g")
         assert isinstance(residual, cp.ndarray)
         np.testing.assert_allclose(host(residual), on_cpu.residual("g"), rtol=1e-4, atol=1e-5)
+
+
+def test_launch_refuses_misaligned_device_arrays_before_the_kernel_runs(monkeypatch):
+    """A misaligned float64 pointer would fault on the GPU (cudaErrorMisalignedAddress, sticky for the
+    process); _launch raises a ValueError first.  Fake device arrays: only data.ptr, size and dtype count."""
+    def device_array(pointer, dtype, size=3):
+        return types.SimpleNamespace(data=types.SimpleNamespace(ptr=pointer), size=size, dtype=np.dtype(dtype))
+
+    launched = []
+    monkeypatch.setattr(kc, "_function", lambda name: lambda grid, block, args: launched.append(name))
+    with pytest.raises(ValueError, match=r"scatter_add_f64: argument 2 \(float64\[3\]\) starts at a misaligned"):
+        kc._launch("scatter_add_f64", 3, device_array(0x1000, np.float64), device_array(0x2000, np.int32),
+                   device_array(0x3004, np.float64), np.int64(3))
+    kc._launch("scatter_add_f64", 3, device_array(0x1000, np.float64), device_array(0x2004, np.int32),
+               device_array(0x3008, np.float64), device_array(0x4001, np.uint8), device_array(0x5003, np.float64, 0),
+               np.int64(3))
+    assert launched == ["scatter_add_f64"]

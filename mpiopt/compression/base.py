@@ -81,12 +81,29 @@ def pack(payload, out=None):
     return out
 
 
+def _address(array):
+    """The address of an array's first byte (numpy or CuPy)."""
+    data = getattr(array, "data", None)
+    pointer = getattr(data, "ptr", None)  # CuPy: a MemoryPointer
+    return int(pointer) if pointer is not None else int(array.__array_interface__["data"][0])
+
+
 def unpack(buffer, ctx):
-    """The payload tuple from a buffer written by :func:`pack`, as views (no copies), by ``ctx.parts``."""
+    """The payload tuple from a buffer written by :func:`pack`, by ``ctx.parts``: views (no copies) where
+    a part starts at an address aligned to its itemsize, else an aligned copy.
+
+    The parts are packed back to back, so a part may start at any byte: Top-K's float64 values after
+    another rank's 12 k bytes (k odd), QSGD's float32 norms or sign's float32 scale after n bytes.  numpy
+    reads such views correctly (slowly), but a CUDA kernel given a misaligned float64 or float32 pointer
+    faults (cudaErrorMisalignedAddress), and the fault is sticky: every later CUDA call of the process fails."""
     parts, start = [], 0
     for dtype, count in ctx.parts:
-        nbytes = np.dtype(dtype).itemsize * int(count)
-        parts.append(buffer[start:start + nbytes].view(dtype))
+        dtype = np.dtype(dtype)
+        nbytes = dtype.itemsize * int(count)
+        part = buffer[start:start + nbytes]
+        if nbytes and _address(part) % dtype.alignment:
+            part = part.copy()  # a new allocation: aligned
+        parts.append(part.view(dtype))
         start += nbytes
     if start != buffer.size:
         raise ValueError(f"a payload of {ctx.payload_bytes} bytes for buffer {ctx.name!r} "

@@ -66,8 +66,18 @@ def _function(name):
 
 
 def _launch(name, count, *args):
-    """Run kernel ``name`` with one thread per item of ``count`` (nothing when count is 0)."""
+    """Run kernel ``name`` with one thread per item of ``count`` (nothing when count is 0).
+
+    A CuPy array argument must start at an address aligned to its itemsize: a kernel that reads a
+    misaligned float64 (say a view into a byte buffer at an odd offset) faults with
+    cudaErrorMisalignedAddress, which is sticky (every later CUDA call of the process fails, and the other
+    ranks wait in their next collective); here it is a ValueError instead."""
     if count > 0:
+        for position, arg in enumerate(args):
+            pointer = getattr(getattr(arg, "data", None), "ptr", None)
+            if pointer is not None and arg.size and pointer % arg.dtype.alignment:
+                raise ValueError(f"{name}: argument {position} ({arg.dtype}[{arg.size}]) starts at a misaligned "
+                                 f"address ({pointer:#x}, not a multiple of {arg.dtype.alignment}); pass a copy")
         _function(name)(((count + THREADS - 1) // THREADS,), (THREADS,), args)
 
 

@@ -166,7 +166,8 @@ def test_the_working_set_rule():
 
 def test_a_path_reuses_the_gathered_columns_and_matches_the_full_path():
     A, b = problem_data(10, (150, 80), 0.5)
-    ws = regularization_path(A, b, "squared", "l1", MPI.COMM_SELF, n_lams=8, lam_min_ratio=0.05, gap_tol=1e-9)
+    ws = regularization_path(A, b, "squared", "l1", MPI.COMM_SELF, n_lams=8, lam_min_ratio=0.05, gap_tol=1e-9,
+                             working_set=True)
     full = regularization_path(A, b, "squared", "l1", MPI.COMM_SELF, n_lams=8, lam_min_ratio=0.05,
                                working_set=False, gap_tol=1e-11, eps_abs=0.0, eps_rel=0.0, max_iter=20000)
     assert all(r.info["working_set"] for r in ws.results)
@@ -174,6 +175,23 @@ def test_a_path_reuses_the_gathered_columns_and_matches_the_full_path():
     assert np.all(full.objectives <= ws.objectives + np.array([r.gap for r in ws.results]) + 1e-12)
     assert ws.results[0].iterations == 0  # lambda_max: 0 is certified at once
     assert ws.results[0].relative_gap <= 1e-12
+
+
+@pytest.mark.mpi(min_size=1)
+def test_a_squared_path_on_tall_dense_shards_runs_the_full_solver_by_default(comm):
+    """Its Gram matrix serves every weight; wide or sparse squared paths, and logistic ones, run working sets
+    (the first weight, lambda_max, is certified at 0 without iterating)."""
+    def path_uses_working_sets(A, b, loss="squared"):
+        start, stop = shard_bounds(A.shape[0], comm, "even")
+        path = regularization_path(A[start:stop], b[start:stop], loss, "l1", comm, n_lams=3, lam_min_ratio=0.1)
+        return [bool(r.info.get("working_set")) for r in path.results[1:]]
+
+    tall, b = problem_data(13, (40 * comm.size + 40, 10), 0.0)
+    assert path_uses_working_sets(tall, b) == [False, False]
+    assert path_uses_working_sets(scipy.sparse.csr_matrix(tall), b) == [True, True]
+    assert path_uses_working_sets(tall, np.where(b > np.median(b), 1.0, -1.0), "logistic") == [True, True]
+    wide, b = problem_data(13, (30, 60), 0.0)
+    assert path_uses_working_sets(wide, b) == [True, True]
 
 
 def test_settings_are_checked_and_a_checkpoint_runs_the_full_solver(tmp_path):

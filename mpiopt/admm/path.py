@@ -5,11 +5,20 @@ As in glmnet and scikit-learn's lasso_path, the grid runs from lambda_max
 log scale.  The data are validated and the Gram matrix or factorization
 prepared once; each solve starts from the previous solution, its dual
 variable and its final rho, so later solves take few iterations.
+
+Solver: the working sets' default (``working_set=None``) is decided for the
+whole path.  When every shard is dense and tall (rows >= columns), the full
+solver runs: its Gram matrix, formed once, serves every weight, and each solve
+then costs O(n^2) per iteration, where working sets pay passes over the rows
+at every weight (measured at 2 ranks on 100000 x 1000, 20 weights: 1.20 s
+against 2.65 s).  Otherwise (wide or sparse shards) the working sets run, the
+dual sums of one weight's certificate starting the next for free.
 """
 import dataclasses
 import time
 
 import numpy as np
+from mpi4py import MPI
 
 from ..collectives import REDUCERS, Reducer, get_reducer
 from ..core.backend import to_host
@@ -50,6 +59,10 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
         lams = largest * np.logspace(0, np.log10(lam_min_ratio), n_lams)
     lams = np.sort(np.asarray(lams, dtype=float))[::-1]
     setup_time = time.perf_counter() - start
+    if settings.get("working_set") is None and problem.loss == "squared":  # (the same on every rank)
+        sparse = problem.comm.allreduce(int(problem.shard.design.sparse), op=MPI.MAX)
+        if not sparse and all(kind in ("tall", "empty") for kind in problem.kinds):
+            settings = dict(settings, working_set=False)  # the Gram matrix pays for itself along a path
     results, seconds, previous = [], [], None
     # One reducer for the whole path (a shared-memory window, a private communicator), not one per weight.
     reducer = settings.get("reducer", "auto")

@@ -29,6 +29,7 @@ setup(
         "privacy": ["dp-accounting>=0.4"],
         "plots": ["matplotlib>=3.5"],
         "gpu": ["cupy-cuda12x"],
+        "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3"],  # the competitors
     },
     entry_points={"console_scripts": ["mpiopt=mpiopt.cli:main"]},
     classifiers=[

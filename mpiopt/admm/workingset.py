@@ -242,7 +242,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
         f"setup:    {setup_time:.3f} s"])
     kept = np.ones(features, dtype=bool)
     # the working set starts as the warm start's support (so that A x comes from the cached columns)
-    columns = np.flatnonzero(np.asarray(backend.to_host(x[:features])) != 0).astype(np.int64)
+    columns = comm.bcast(np.flatnonzero(np.asarray(backend.to_host(x[:features])) != 0).astype(np.int64), root=0)
     cache.add(columns)
     iterations, solve_time, gap_time, outer, status = 0, 0.0, 0.0, 0, "max_iter"
     history = {}
@@ -266,7 +266,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                                "time": elapsed})
             log.row(outer, len(columns), int(features - kept.sum()), iterations, gap.primal, gap.gap, gap.relative,
                     elapsed)
-            if gap.relative <= tol:
+            if comm.bcast(gap.relative <= tol, root=0):  # rank 0 decides, as for every choice below
                 status = "converged"
                 break
             if outer >= MAX_OUTER or iterations >= settings.max_iter:
@@ -284,8 +284,8 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                 if u is not None:
                     u[xp.asarray(drop)] = 0.0
             d = scores(correlation, norms, l1, kept)
-            chosen = choose(d, support, len(columns), settings.working_set_size).astype(np.int64)
-            comm.Bcast(chosen, root=0)
+            chosen = comm.bcast(choose(d, support, len(columns), settings.working_set_size).astype(np.int64),
+                                root=0)
             columns = cache.ordered(chosen)  # the cached ones first, in the cache's order: a view, not a copy
             # 3. the restricted problem, warm-started, to a fraction of the current gap
             cache.add(columns)

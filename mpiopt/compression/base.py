@@ -88,9 +88,15 @@ def _address(array):
     return int(pointer) if pointer is not None else int(array.__array_interface__["data"][0])
 
 
+def device_misaligned(part, dtype):
+    """Whether ``part`` is a device (CuPy) array whose first byte is not aligned for ``dtype``: a CUDA kernel
+    would fault on it.  A numpy array never is (numpy reads misaligned views, and a copy would cost memory)."""
+    return not isinstance(part, np.ndarray) and _address(part) % np.dtype(dtype).alignment != 0
+
+
 def unpack(buffer, ctx):
-    """The payload tuple from a buffer written by :func:`pack`, by ``ctx.parts``: views (no copies) where
-    a part starts at an address aligned to its itemsize, else an aligned copy.
+    """The payload tuple from a buffer written by :func:`pack`, by ``ctx.parts``: views (no copies), except
+    for a device (CuPy) part that does not start at an address aligned to its itemsize: an aligned copy.
 
     The parts are packed back to back, so a part may start at any byte: Top-K's float64 values after
     another rank's 12 k bytes (k odd), QSGD's float32 norms or sign's float32 scale after n bytes.  numpy
@@ -101,8 +107,8 @@ def unpack(buffer, ctx):
         dtype = np.dtype(dtype)
         nbytes = dtype.itemsize * int(count)
         part = buffer[start:start + nbytes]
-        if nbytes and _address(part) % dtype.alignment:
-            part = part.copy()  # a new allocation: aligned
+        if nbytes and device_misaligned(part, dtype):
+            part = part.copy()  # on the device, a new allocation: aligned (numpy reads a misaligned view as is)
         parts.append(part.view(dtype))
         start += nbytes
     if start != buffer.size:

@@ -83,7 +83,7 @@ def _add_admm_settings(parser):
     group.add_argument("--working-set", choices=("auto", "on", "off"), default="auto",
                        help="working sets (L1 / elastic net with the squared or logistic loss): solve on a growing "
                             "set of columns until the relative duality gap on all of them is below --gap-tol "
-                            "(--eps-rel if not given); auto: on for CPU data without --checkpoint (default %(default)s)")
+                            "(--eps-rel if not given); auto: on for CPU data (default %(default)s)")
     group.add_argument("--working-set-size", type=int, default=defaults.working_set_size,
                        help="the first working set's size (default %(default)s)")
     group.add_argument("--screening", action="store_true",

@@ -275,8 +275,8 @@ def test_checkpoint_resume_with_gap_tol_is_bitwise_identical(comm, tmp_path_fact
     A_local, b_local = A[start:stop], b[start:stop]
     folder = comm.bcast(str(tmp_path_factory.mktemp("gap_checkpoint")) if comm.rank == 0 else None)
     settings = dict(comm=comm, lam_ratio=0.1, intercept=True, eps_abs=1e-12, eps_rel=1e-12, max_iter=5000,
-                    gap_tol=1e-9, gap_every=3)
-    whole = solve(A_local, b_local, "logistic", "l1", working_set=False, **settings)  # a checkpoint's solver
+                    gap_tol=1e-9, gap_every=3, working_set=False)  # the full solver's gap column
+    whole = solve(A_local, b_local, "logistic", "l1", **settings)
     path = f"{folder}/state.npz"
     first = solve(A_local, b_local, "logistic", "l1", checkpoint=path, **dict(settings, max_iter=10))
     assert first.status == "max_iter"

@@ -172,8 +172,8 @@ def test_screening_is_off_with_a_checkpoint_and_resumes_bitwise(comm, tmp_path_f
     b = targets(A, "lasso", 9)
     start, stop = shard_bounds(A.shape[0], comm, "uneven")
     folder = comm.bcast(str(tmp_path_factory.mktemp("screen_checkpoint")) if comm.rank == 0 else None)
-    settings = dict(comm=comm, lam_ratio=0.3, eps_abs=1e-10, eps_rel=1e-10, max_iter=5000)
-    whole = solve(A[start:stop], b[start:stop], "squared", "l1", working_set=False, **settings)
+    settings = dict(comm=comm, lam_ratio=0.3, eps_abs=1e-10, eps_rel=1e-10, max_iter=5000, working_set=False)
+    whole = solve(A[start:stop], b[start:stop], "squared", "l1", **settings)
     path = f"{folder}/state.npz"
     first = solve(A[start:stop], b[start:stop], "squared", "l1", screening=True, checkpoint=path,
                   **dict(settings, max_iter=10))

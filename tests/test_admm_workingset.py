@@ -194,14 +194,52 @@ def test_a_squared_path_on_tall_dense_shards_runs_the_full_solver_by_default(com
     assert path_uses_working_sets(wide, b) == [True, True]
 
 
-def test_settings_are_checked_and_a_checkpoint_runs_the_full_solver(tmp_path):
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("fraction", [0.05, 0.5, 0.95])
+@pytest.mark.parametrize("model", ["lasso", "logistic_l1"])
+def test_a_checkpoint_resumes_bitwise_wherever_the_run_was_cut(comm, tmp_path_factory, model, fraction):
+    """Cut by max_iter (inside an inner solve, mostly), resumed from the file (the outer state and the inner
+    solve's own checkpoint): bit for bit the uninterrupted run; a finished run resumed does nothing new, and
+    the inner solves' files are gone once it has finished."""
+    A, b = problem_data(14, (120, 40), 0.5, model)
+    start, stop = shard_bounds(A.shape[0], comm, "uneven")
+    folder = comm.bcast(str(tmp_path_factory.mktemp("ws_checkpoint")) if comm.rank == 0 else None)
+    settings = dict(intercept=True, gap_tol=1e-10, max_iter=5000)
+    whole = ws_solve(A[start:stop], b[start:stop], model, comm, **settings)
+    assert whole.status == "converged" and whole.iterations > 20
+    cut = max(1, int(fraction * whole.iterations))
+    path = f"{folder}/state.npz"
+    first = ws_solve(A[start:stop], b[start:stop], model, comm, checkpoint=path, **dict(settings, max_iter=cut))
+    assert first.status == "max_iter" and first.iterations == cut and first.info["working_set"]
+    resumed = ws_solve(A[start:stop], b[start:stop], model, comm, checkpoint=path, **settings)
+    assert resumed.info["resumed_at"] == cut and resumed.iterations == whole.iterations
+    assert np.array_equal(np.asarray(resumed.x), np.asarray(whole.x)) and resumed.gap == whole.gap
+    again = ws_solve(A[start:stop], b[start:stop], model, comm, checkpoint=path, **settings)
+    assert np.array_equal(np.asarray(again.x), np.asarray(whole.x)) and again.iterations == whole.iterations
+    if comm.rank == 0:
+        import os
+        assert sorted(os.listdir(folder)) == ["state.npz"]
+
+
+@pytest.mark.mpi(min_size=1)
+def test_a_full_solver_checkpoint_is_refused_by_working_sets(comm, tmp_path_factory):
+    A, b = problem_data(15, (60, 20), 0.0)
+    start, stop = shard_bounds(A.shape[0], comm, "even")
+    folder = comm.bcast(str(tmp_path_factory.mktemp("ws_refused")) if comm.rank == 0 else None)
+    path = f"{folder}/state.npz"
+    lasso(A[start:stop], b[start:stop], lam_ratio=0.1, comm=comm, checkpoint=path, working_set=False)
+    with pytest.raises(CollectiveError, match="checkpoint"):
+        lasso(A[start:stop], b[start:stop], lam_ratio=0.1, comm=comm, checkpoint=path)
+
+
+def test_settings_are_checked_and_a_checkpoint_keeps_working_sets(tmp_path):
     A, b = problem_data(11, (60, 20), 0.0)
     with pytest.raises(CollectiveError, match="working_set must be True, False or None"):
         lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, working_set="yes")
     with pytest.raises(CollectiveError, match="working_set_size"):
         lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, working_set_size=0)
     checkpointed = lasso(A, b, lam_ratio=0.1, comm=MPI.COMM_SELF, checkpoint=str(tmp_path / "state.npz"))
-    assert "outer_iterations" not in checkpointed.info and (tmp_path / "state.npz").exists()
+    assert checkpointed.info["working_set"] and (tmp_path / "state.npz").exists()
     # where there is no duality gap (ridge, Huber) the full solver runs, even when asked for working sets
     ridge = solve(A, b, "squared", "l2", lam=1.0, comm=MPI.COMM_SELF, working_set=True)
     assert "outer_iterations" not in ridge.info

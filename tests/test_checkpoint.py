@@ -4,6 +4,7 @@ Each failure used to reach rank 0 only, leaving the other ranks waiting forever;
 the timeouts turn such a hang into a failure.
 """
 import errno
+import functools
 import io
 import os
 import zipfile
@@ -13,9 +14,14 @@ import pytest
 from mpi4py import MPI
 
 from conftest import gather_messages
-from mpiopt.admm import solve
+from mpiopt.admm import solve as solve_with_defaults
+
 from mpiopt.admm.engine import ConsensusADMM
 from mpiopt.core import CollectiveError
+
+# These tests are about the full solver's checkpoints (its file layout, the corruptions it must refuse); the
+# working sets' checkpoints, on the same core Checkpointer, are tested in test_admm_workingset.py.
+solve = functools.partial(solve_with_defaults, working_set=False)
 
 
 def problem(comm, seed=3, rows=40, n=6):

@@ -248,8 +248,22 @@ def test_group_lasso_from_the_command_line_matches_the_api(tmp_path):
     assert np.allclose(result["x"], direct.x, atol=1e-7)
 
 
-def test_a_resumed_finished_run_says_there_is_nothing_left_to_do(tmp_path):
+def test_a_resumed_finished_run_of_working_sets_says_there_is_nothing_left_to_do(tmp_path):
     arguments = ["-m", "mpiopt", "solve", "--synthetic", "2000x30", "--checkpoint", "state.npz", "--output", "o.json"]
+    first = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)
+    assert first.returncode == 0, first.stderr
+    expected = json.loads((tmp_path / "o.json").read_text())
+    again = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)
+    assert again.returncode == 0, again.stderr
+    result = json.loads((tmp_path / "o.json").read_text())
+    assert result["x"] == expected["x"] and result["info"]["working_set"]
+    assert f"resumed at iteration {expected['iterations']} (converged), nothing left to do" in again.stdout
+    assert "resumed:  from the checkpoint state.npz" in again.stdout
+
+
+def test_a_resumed_finished_run_says_there_is_nothing_left_to_do(tmp_path):
+    arguments = ["-m", "mpiopt", "solve", "--synthetic", "2000x30", "--checkpoint", "state.npz", "--output", "o.json",
+                 "--working-set", "off"]
     first = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)
     assert first.returncode == 0, first.stderr
     again = run_mpi(2, *arguments, cwd=tmp_path, timeout=60)

@@ -298,8 +298,8 @@ def test_checkpoint_resume_is_bitwise_identical(comm, tmp_path_factory):
     A_local, y_local = shard(comm, A, y)
     folder = comm.bcast(str(tmp_path_factory.mktemp("checkpoint")) if comm.rank == 0 else None)
     path = f"{folder}/state.npz"
-    settings = dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=5000)
-    whole = solve(A_local, y_local, "logistic", "l1", 3.0, comm, working_set=False, **settings)  # a checkpoint's
+    settings = dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=5000, working_set=False)  # the full solver's checkpoint
+    whole = solve(A_local, y_local, "logistic", "l1", 3.0, comm, **settings)
     first = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, checkpoint_every=7,
                   **dict(settings, max_iter=20))
     assert first.status == "max_iter"

@@ -264,9 +264,9 @@ class Problem:
 
     def uses_working_set(self, settings, engine_penalty):
         """Whether this solve runs the working-set solver: it needs a duality gap (L1 or elastic net, the
-        squared or logistic loss) and no checkpoint (whose state is the full engine's); by default
-        (``working_set=None``) only on numpy / scipy data, as it is not measured on the GPU yet."""
-        if settings.checkpoint or gap_terms(self.shard, engine_penalty) is None or settings.working_set is False:
+        squared or logistic loss); by default (``working_set=None``) only on numpy / scipy data, as it is not
+        measured on the GPU yet."""
+        if gap_terms(self.shard, engine_penalty) is None or settings.working_set is False:
             return False
         return settings.working_set or backend.is_numpy(self.xp)
 

@@ -33,6 +33,11 @@ the data, where the full solver's setup alone costs m_i n^2 flops.
 
 Every decision is collective: the scores come from all-reduced sums and rank 0's
 choice is broadcast, so every rank solves the same restricted problem.
+
+Checkpoints (``checkpoint``): the state at the top of each outer iteration (x,
+u, rho, the screened columns, the set, the cache's additions in order, the
+counters), and each inner solve's own engine checkpoint beside it, so a run cut
+anywhere resumes bit for bit (docs/admm.md, "Checkpoints and resume").
 """
 import dataclasses
 import math
@@ -42,9 +47,13 @@ import types
 import numpy as np
 from mpi4py import MPI
 
+import os
+
 from .. import __version__
 from ..collectives import Reducer, get_reducer
 from ..core import backend
+from ..core.checkpoint import Checkpointer
+from ..core.signals import SignalFlags
 from .gap import column_norms, dual_point, gap_terms, sphere_test
 from .losses.squared import SquaredLossShard
 from .result import ADMMResult
@@ -52,6 +61,8 @@ from .result import ADMMResult
 INNER_FRACTION = 0.3     # the restricted problem is solved to this fraction of the full problem's gap
 INNER_GAP_EVERY = 5      # the inner solves check their (cheap, restricted) gap this often
 MAX_OUTER = 100
+INNER_MIN_CAP = 100      # an inner solve runs at most max(this, the iterations so far) before a new certificate
+FORMAT = "mpiopt-admm-working-set-checkpoint-1"
 NEWTON_COLUMNS = 500     # restricted logistic problems up to this many columns take Newton x-steps (measured
                          # faster than L-BFGS there: 0.26 vs 0.42 s on a wide, 1.0 vs 3.1 s on a sparse design)
 
@@ -243,13 +254,52 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
     kept = np.ones(features, dtype=bool)
     # the working set starts as the warm start's support (so that A x comes from the cached columns)
     columns = comm.bcast(np.flatnonzero(np.asarray(backend.to_host(x[:features])) != 0).astype(np.int64), root=0)
+    batches = [columns]  # what the cache was given, in order: a resume replays it (the same Gram, bitwise)
     cache.add(columns)
     iterations, solve_time, gap_time, outer, status = 0, 0.0, 0.0, 0, "max_iter"
     history = {}
     outer_rows = []
     result = None
+    checkpointer, resumed_at, resuming = None, 0, False
+    if settings.checkpoint:
+        checkpointer = Checkpointer(settings.checkpoint, comm, dict(problem.fingerprint(engine_penalty),
+                                                                     solver="working_set"), FORMAT, "ADMM working-set")
+        restored = {}
+        if checkpointer.restore(lambda shared, mine, meta: restored.update(shared=shared, mine=mine, meta=meta),
+                                _validator(shard.n, features)):
+            shared, mine, meta = restored["shared"], restored["mine"], restored["meta"]
+            x = xp.asarray(shared["x"], dtype=float)
+            u = xp.asarray(mine["u"], dtype=float) if mine["u"].size else None
+            kept, columns = shared["kept"].astype(bool), shared["columns"].astype(np.int64)
+            batches = np.split(shared["cache_order"].astype(np.int64), np.cumsum(shared["cache_sizes"])[:-1])
+            for batch in batches:
+                cache.add(batch)
+            iterations, outer, rho = int(meta["iterations"]), int(meta["outer"]), meta["rho"]
+            solve_time, gap_time = float(meta["solve_time"]), float(meta["gap_time"])
+            history, outer_rows = meta["history"], meta["outer_rows"]
+            resumed_at, resuming = iterations, True
+    signals = SignalFlags(checkpointer is not None)
+    if checkpointer is not None and resuming:
+        log.note(f"resumed:  from the checkpoint {settings.checkpoint} at iteration {iterations} (outer {outer})")
+
+    def write_boundary():
+        """The state at the top of an outer iteration (a resume starts here, recomputing its gap) and the
+        removal of the inner solve's checkpoint that led to it (finished)."""
+        sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
+        checkpointer.write(
+            {"x": x, "kept": kept.astype(np.uint8), "columns": columns,
+             "cache_order": np.concatenate(batches).astype(np.int64) if batches else np.empty(0, np.int64),
+             "cache_sizes": sizes},
+            {"u": u if u is not None else xp.zeros(0)},
+            {"iterations": iterations, "outer": outer, "rho": rho, "solve_time": solve_time, "gap_time": gap_time,
+             "history": history, "outer_rows": outer_rows})
+        if comm.rank == 0 and os.path.exists(_inner_path(settings.checkpoint, outer)):
+            os.remove(_inner_path(settings.checkpoint, outer))
+
     try:
         while True:
+            if checkpointer is not None:
+                write_boundary()
             # 1. the certificate on every column, and what it proves zero
             tock = time.perf_counter()
             margin = cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
@@ -268,11 +318,16 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                     elapsed)
             if comm.bcast(gap.relative <= tol, root=0):  # rank 0 decides, as for every choice below
                 status = "converged"
+                if resuming:
+                    log.note(f"resumed at iteration {iterations} (converged), nothing left to do")
                 break
             if outer >= MAX_OUTER or iterations >= settings.max_iter:
                 break
             if settings.time_limit and elapsed >= settings.time_limit:
                 status = "time_limit"
+                break
+            if checkpointer is not None and comm.allreduce(signals.take()[1], op=MPI.MAX) > 0:
+                status = "interrupted"  # SIGTERM between inner solves: the state above is on disk
                 break
             outer += 1
             # 2. the next working set
@@ -288,6 +343,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                                 root=0)
             columns = cache.ordered(chosen)  # the cached ones first, in the cache's order: a view, not a copy
             # 3. the restricted problem, warm-started, to a fraction of the current gap
+            batches.append(columns)
             cache.add(columns)
             block, gram = cache.take(columns)
             sub = problem.on_columns(block, gram, x_solver="newton" if len(columns) + intercept <= NEWTON_COLUMNS
@@ -295,12 +351,20 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
             index = xp.asarray(np.concatenate([columns, [features]]) if intercept else columns)
             start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
                                                info={"rho_final": rho})
-            round_settings = dict(given, max_iter=settings.max_iter - iterations,
+            # an inner solve that stalls short of its tolerance returns for a new certificate (which may already
+            # suffice): at most max(100, the iterations so far), so the caps grow geometrically
+            cap = max(INNER_MIN_CAP, iterations)
+            round_settings = dict(given, max_iter=min(settings.max_iter - iterations, cap),
                                   gap_tol=max(INNER_FRACTION * gap.relative, 0.5 * tol) if math.isfinite(
                                       gap.relative) else tol)
             if settings.time_limit:
                 round_settings["time_limit"] = max(settings.time_limit - elapsed, 1e-9)
+            if checkpointer is not None:  # the inner solve checkpoints itself: a resume continues it bitwise
+                round_settings.update(checkpoint=_inner_path(settings.checkpoint, outer),
+                                      checkpoint_every=settings.checkpoint_every)
             result = sub.solve(penalty_object, warm_start=start_from, **round_settings)
+            if resuming:  # the first inner solve after a resume may itself have resumed part-way
+                resumed_at, resuming = iterations + int(result.info.get("resumed_at") or 0), False
             _append_history(history, result.history, iterations, solve_time)
             iterations += result.iterations
             solve_time += result.timings["solve"]
@@ -310,7 +374,23 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                 u = xp.zeros(shard.n)
                 u[index] = xp.asarray(result.u)
             rho = result.info["rho_final"]
+            if result.status != "converged" and (iterations >= settings.max_iter or result.status != "max_iter"):
+                # cut by the iteration budget, the time limit or SIGTERM: end at this x
+                status = result.status
+                tock = time.perf_counter()
+                margin = cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
+                                      float(x[-1]) if intercept else 0.0) if shard.active else None
+                gap, _ = dual_point(shard, engine_penalty, x, comm, theta_wanted=False, margin=margin)
+                correlation = np.asarray(backend.to_host(gap.correlation), dtype=float)
+                gap_time += time.perf_counter() - tock
+                outer_rows.append({"outer": outer, "working_set": int(len(columns)), "iterations": iterations,
+                                   "gap": gap.gap, "relative_gap": gap.relative,
+                                   "screened": int(features - kept.sum()), "time": time.perf_counter() - start})
+                log.row(outer, len(columns), int(features - kept.sum()), iterations, gap.primal, gap.gap,
+                        gap.relative, outer_rows[-1]["time"])
+                break
     finally:
+        signals.restore()
         if own_reducer:
             reducer.close()
     gather_time = cache.time - cache_time_before
@@ -337,6 +417,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
         screened_columns=np.flatnonzero(~kept).tolist(),
         kkt_residual=kkt, outer_iterations=outer, working_set_sizes=[row["working_set"] for row in outer_rows[1:]],
         outer=outer_rows, working_set=True, settings=settings.as_dict(), penalty=penalty_object.name,
+        resumed_at=resumed_at,
         iterations_run=iterations, nonzeros=int(np.count_nonzero(host_x)) + (int(float(x[-1]) != 0) if intercept
                                                                               else 0))
     total = time.perf_counter() - start + (problem.setup_time if warm_start is None else 0.0)
@@ -353,6 +434,28 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                 f"time:        {total:.3f} s (setup {setup_time:.3f}, gather {gather_time:.3f}, "
                 f"ADMM {solve_time:.3f}, gaps {gap_time:.3f})"])
     return result
+
+
+def _inner_path(path, outer):
+    """The checkpoint of the inner solve of outer iteration ``outer``, beside the working sets' own."""
+    return f"{path}.inner{outer}.npz"
+
+
+def _validator(n, features):
+    """Rank 0's check, before anything is restored, that a working-set checkpoint fits this problem."""
+    def validate(shared, parts, meta):
+        missing = [key for key in ("x", "kept", "columns", "cache_order", "cache_sizes") if key not in shared]
+        missing += [key for key in ("iterations", "outer", "rho", "history", "outer_rows") if key not in meta]
+        missing += [f"rank{rank}_u" for rank, part in enumerate(parts) if "u" not in part]
+        if missing:
+            raise ValueError(f"entries {', '.join(missing)} are missing")
+        if shared["x"].shape != (n,) or shared["kept"].shape != (features,):
+            raise ValueError(f"x or kept do not have {n} and {features} entries")
+        if any(part["u"].shape not in ((n,), (0,)) for part in parts):
+            raise ValueError(f"a rank's u does not have {n} entries")
+        if shared["columns"].size and (shared["columns"].min() < 0 or shared["columns"].max() >= features):
+            raise ValueError("a working-set column is out of range")
+    return validate
 
 
 def _append_history(history, part, offset, time_offset):

@@ -44,6 +44,7 @@ class GLMLossShard(LossShard):
         self.x_solver = x_solver
         self._x = xp.zeros(self.n)
         self._outer = None  # A_aug A_aug^T of a wide shard, for Newton's matrix-inversion-lemma step
+        self._hessian = None  # Newton's factored Hessian (kept for later directions while it serves)
         self.inner_iterations = 0
 
     # phi(margin, target) summed, and its first and second derivatives in the margin.
@@ -72,35 +73,59 @@ class GLMLossShard(LossShard):
         value = float(total) + 0.5 * self.rho * float(difference @ difference)
         return value, self.design.rmatvec(first) + self.rho * difference
 
-    def newton_direction(self, x, gradient):
+    def newton_direction(self, x, gradient, fresh=True):
         """H^{-1} gradient with H = A^T diag(phi''(A x)) A + rho I, the x-step's Hessian at x.
 
         Tall shard: the Cholesky factor of H (n x n).  Wide shard (rows < n): with
         B = D^(1/2) A, H^{-1} = (I - B^T (rho I + B B^T)^{-1} B) / rho (matrix inversion
         lemma), so only the rows x rows matrix rho I + D^(1/2) (A A^T) D^(1/2) is factored.
+
+        ``fresh=False``: the last factored Hessian (at an earlier x, the same rho) when there is one: a
+        positive definite approximation, so still a descent direction, without the m n^2 work of forming
+        it (``newton_x_step`` decides when it has gone stale).
         """
         xp, design = self.xp, self.design
-        _, _, second = self.terms(design.matvec(x))
-        if self.rows >= self.n:
-            hessian = design.gram(weights=second)
-            hessian[xp.diag_indices_from(hessian)] += self.rho
-            return backend.cholesky_solve(xp, backend.cholesky(xp, hessian), gradient)
-        if self._outer is None:
-            self._outer = design.outer_gram()
-        scale = xp.sqrt(second)
-        inner = self._outer * scale[:, None] * scale[None, :]
-        inner[xp.diag_indices_from(inner)] += self.rho
-        solved = backend.cholesky_solve(xp, backend.cholesky(xp, inner), scale * design.matvec(gradient))
+        if not fresh and self._hessian is not None and self._hessian[0] == self.rho:
+            _, factor, scale = self._hessian
+        else:
+            _, _, second = self.terms(design.matvec(x))
+            if self.rows >= self.n:
+                hessian = design.gram(weights=second)
+                hessian[xp.diag_indices_from(hessian)] += self.rho
+                factor, scale = backend.cholesky(xp, hessian), None
+            else:
+                if self._outer is None:
+                    self._outer = design.outer_gram()
+                scale = xp.sqrt(second)
+                inner = self._outer * scale[:, None] * scale[None, :]
+                inner[xp.diag_indices_from(inner)] += self.rho
+                factor = backend.cholesky(xp, inner)
+            self._hessian = (self.rho, factor, scale)
+        if scale is None:
+            return backend.cholesky_solve(xp, factor, gradient)
+        solved = backend.cholesky_solve(xp, factor, scale * design.matvec(gradient))
         return (gradient - design.rmatvec(scale * solved)) / self.rho
 
     def state(self):
-        return {"x": self._x}
+        """The x-step's warm start and Newton's kept Hessian factor (a resumed run reuses it as the
+        uninterrupted one would: resumes stay bitwise)."""
+        state = {"x": self._x}
+        if self._hessian is not None:
+            rho, factor, scale = self._hessian
+            state.update(hessian_rho=np.array(rho), hessian_factor=factor)
+            if scale is not None:
+                state["hessian_scale"] = scale
+        return state
 
     def restore(self, state):
         if "x" in state:
             self._x = self.xp.asarray(state["x"], dtype=np.float64)
             if self._x.shape != (self.n,):
                 raise ValueError(f"the x-step warm start has shape {self._x.shape}, expected ({self.n},)")
+        if "hessian_factor" in state:
+            scale = state.get("hessian_scale")
+            self._hessian = (float(state["hessian_rho"]), self.xp.asarray(state["hessian_factor"], dtype=np.float64),
+                             None if scale is None else self.xp.asarray(scale, dtype=np.float64))
 
 
 @register("x_solver", "lbfgs")
@@ -199,14 +224,20 @@ def array_lbfgs(shard, v, x, tolerance, memory=20, max_iter=10000, stall=100):
 
 @register("x_solver", "newton")
 def newton_x_step(shard, v, x, tolerance, max_iter=100):
-    """Damped Newton with an Armijo line search on the exact Hessian A^T diag(phi'') A + rho I
-    (``newton_direction``: Cholesky for a tall shard, the matrix inversion lemma for a wide one)."""
+    """Damped Newton with an Armijo line search on the Hessian A^T diag(phi'') A + rho I
+    (``newton_direction``: Cholesky for a tall shard, the matrix inversion lemma for a wide one).
+
+    Consecutive ADMM x-steps start from nearby points, so the Hessian factored for an earlier step is
+    tried first (forming it, m n^2 flops, dominates a step on a working set's few columns): it is kept
+    while a full step is accepted and cuts the gradient by at least half, and formed afresh otherwise."""
     xp = shard.xp
     value, gradient = shard._subproblem(x, v)
+    fresh = False
     for _ in range(max_iter):
-        if float(xp.abs(gradient).max()) <= tolerance:
+        norm = float(xp.abs(gradient).max())
+        if norm <= tolerance:
             break
-        step = shard.newton_direction(x, gradient)
+        step = shard.newton_direction(x, gradient, fresh=fresh)
         decrease = float(gradient @ step)
         scale = 1.0
         while True:
@@ -216,6 +247,7 @@ def newton_x_step(shard, v, x, tolerance, max_iter=100):
                 break
             scale *= 0.5
         x, value, gradient = candidate, candidate_value, candidate_gradient
+        fresh = scale < 1.0 or float(xp.abs(gradient).max()) > 0.5 * norm  # the kept Hessian has gone stale
         shard.inner_iterations += 1
     return x
 

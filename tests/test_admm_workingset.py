@@ -271,3 +271,11 @@ def test_gpu_working_sets_reach_the_cpu_answer(comm, model, intercept, shape):
                    working_set=True)
     assert isinstance(gpu.x, cupy.ndarray) and gpu.info["working_set"] and gpu.status == "converged"
     assert abs(gpu.objective - cpu.objective) <= 2e-9 * abs(cpu.objective) + gpu.gap + cpu.gap
+
+
+def test_restricted_logistic_problems_take_the_x_solver_they_are_given():
+    A, b = problem_data(16, (80, 30), 0.0, "logistic_l1")
+    problem = Problem(A, b, "logistic", MPI.COMM_SELF, x_solver="lbfgs")
+    sub = problem.on_columns(np.asfortranarray(A[:, :5]), x_solver="newton")
+    assert sub.shard.x_solver == sub.x_solver == "newton" and problem.shard.x_solver == "lbfgs"
+    assert problem.on_columns(np.asfortranarray(A[:, :5])).shard.x_solver == "lbfgs"

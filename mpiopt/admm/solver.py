@@ -283,7 +283,7 @@ class Problem:
         sub.x_solver = sub.loss_options["x_solver"]
         kind = lookup("loss", self.loss)
         sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp,
-                         **{name: self.loss_options[name] for name in kind.options})
+                         **{name: sub.loss_options[name] for name in kind.options})
         if gram is not None and getattr(sub.shard, "method", None) == "cholesky-tall":
             sub.shard._gram = gram
         sub.total_rows = self.total_rows

@@ -228,7 +228,8 @@ def test_job_at_its_time_limit_checkpoints_is_requeued_and_finishes_with_the_sam
     """A two-minute job gets SIGUSR1 105 s before its limit, checkpoints, requeues itself and resumes."""
     # About a minute of work: slurmctld checks time limits and sends the signal only every 30 s or so,
     # so the signal due at 15 s can come as late as 45 s; a shorter job could finish without it.
-    arguments = SOLVE + ["--max-iter", "80000", "--output", "job.json"]
+    # a long run (the full solver never meets eps 0; working sets would certify it in about 100 iterations)
+    arguments = SOLVE + ["--max-iter", "80000", "--working-set", "off", "--output", "job.json"]
     job = submit(render_script("solve", arguments, job_name="mpiopt-requeue", ntasks=2, python=sys.executable,
                                time="2", signal_seconds=105, workdir=tmp_path), tmp_path / "job.sbatch")
     outcome = wait(job, poll=1, timeout=420, release_requeued=True)
@@ -238,7 +239,7 @@ def test_job_at_its_time_limit_checkpoints_is_requeued_and_finishes_with_the_sam
     assert "USR1 near the time limit" in log and "(restart 1)" in log
     result = json.loads((tmp_path / "job.json").read_text())
     assert result["info"]["resumed_at"] > 0 and result["iterations"] == 80000
-    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "80000",
+    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "80000", "--working-set", "off",
                      "--output", str(tmp_path / "direct.json"), timeout=300)
     assert direct.returncode == 0, direct.stderr
     assert result["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]

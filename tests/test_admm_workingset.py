@@ -95,12 +95,18 @@ def test_the_answer_does_not_depend_on_the_rank_count(comm):
 
 
 @pytest.mark.mpi(min_size=2)
-def test_a_time_limit_is_one_decision_for_every_rank(comm):
-    """Each rank's clock differs: the limit and the inner solves' settings come from one agreed time."""
-    A, b = problem_data(6, (200, 60), 0.9)
+@pytest.mark.parametrize("working_set", [True, False])
+@pytest.mark.parametrize("limit", [0.003, 0.02, 0.08])
+def test_a_time_limit_is_one_decision_for_every_rank(comm, limit, working_set):
+    """Each rank's clock differs: the limit (in the engine's residual all-reduce, and the working sets' clock
+    for their inner solves' settings) is one decision for all ranks, so none is left waiting."""
+    A, b = problem_data(6, (200, 60), 0.9, "logistic_l1")
     start, stop = shard_bounds(A.shape[0], comm, "uneven")
-    result = ws_solve(A[start:stop], b[start:stop], "lasso", comm, gap_tol=1e-14, time_limit=0.05)
-    assert result.status in ("time_limit", "converged", "max_iter")
+    for _ in range(3):
+        result = ws_solve(A[start:stop], b[start:stop], "logistic_l1", comm, gap_tol=1e-14, eps_abs=0.0,
+                          eps_rel=0.0, time_limit=limit, working_set=working_set)
+        assert result.status in ("time_limit", "converged", "max_iter")
+        assert comm.allgather((result.status, result.iterations)) == [(result.status, result.iterations)] * comm.size
 
 
 @pytest.mark.parametrize("model", ["lasso", "elastic_net", "logistic_l1"])

@@ -33,7 +33,8 @@ change each loss refactorizes and u is rescaled by rho_old / rho_new, which
 keeps the unscaled dual variable rho u.
 
 Per iteration, per rank: one x-step (two triangular solves for a tall shard),
-O(n) vector work, one allreduce of n doubles and one of five.
+O(n) vector work, one allreduce of n doubles and one of six (the residual sums, the signal flags
+and the time limit, agreed by every rank).
 
 One code path, two backends: the vectors live in the array module ``xp`` of
 the data (numpy, or CuPy with everything kept on the GPU across iterations).
@@ -85,6 +86,7 @@ class Residuals:
     u_norm: float
     checkpoint_requested: bool
     stop_requested: bool
+    time_up: bool = False  # some rank's clock passed the time limit (every rank stops at the same iteration)
 
 
 class ConsensusADMM:
@@ -122,7 +124,7 @@ class ConsensusADMM:
         self.checkpointer = None
         self.anderson = AndersonAccelerator(settings.anderson, comm, xp) if settings.anderson else None
         self.x_time = self.comm_time = self.gap_time = 0.0
-        self._sums, self._scalars = xp.zeros(n), np.zeros(5)  # the five scalars live on the host
+        self._sums, self._scalars = xp.zeros(n), np.zeros(6)  # the six scalars live on the host
 
     # -- set-up ------------------------------------------------------------------
     def default_rho(self):
@@ -254,9 +256,10 @@ class ConsensusADMM:
         u -= z
         return u
 
-    def residuals(self, x, z, u, z_previous, rho, signals):
-        """Global r, s and their tolerances (Boyd et al. 3.3.1) from one allreduce of five numbers
-        (||x_i - z||^2, ||x_i||^2, ||u_i||^2 summed, and the signal flags)."""
+    def residuals(self, x, z, u, z_previous, rho, signals, time_up=False):
+        """Global r, s and their tolerances (Boyd et al. 3.3.1) from one allreduce of six numbers
+        (||x_i - z||^2, ||x_i||^2, ||u_i||^2 summed, the signal flags, and whether this rank's clock passed
+        the time limit: the ranks' clocks differ, so the limit is one decision for all)."""
         s, count = self.settings, self.active_ranks
         scalars = self._scalars
         if self.loss.active:
@@ -267,6 +270,7 @@ class ConsensusADMM:
         else:
             scalars[:3] = 0.0
         scalars[3], scalars[4] = signals.take()
+        scalars[5] = float(time_up)
         tock = time.perf_counter()
         self.reducer.allreduce(scalars, scalars)
         self.comm_time += time.perf_counter() - tock
@@ -280,7 +284,7 @@ class ConsensusADMM:
             eps_pri=sqrt_count_n * s.eps_abs + s.eps_rel * max(x_norm, math.sqrt(count) * z_norm),
             eps_dual=sqrt_count_n * s.eps_abs + s.eps_rel * rho * u_norm,
             x_norm=x_norm, z_norm=z_norm, u_norm=u_norm,
-            checkpoint_requested=scalars[3] > 0, stop_requested=scalars[4] > 0)
+            checkpoint_requested=scalars[3] > 0, stop_requested=scalars[4] > 0, time_up=scalars[5] > 0)
 
     def gap_step(self, z):
         """With ``gap_tol``, the duality gap at z every ``gap_every`` iterations, else None."""
@@ -296,7 +300,7 @@ class ConsensusADMM:
             return "converged"
         if gap is not None and gap.relative <= s.gap_tol:
             return "converged"
-        if s.time_limit and elapsed >= s.time_limit:
+        if s.time_limit and residuals.time_up:  # agreed in the residuals' all-reduce
             return "time_limit"
         if residuals.stop_requested:
             return "interrupted"
@@ -387,7 +391,9 @@ class ConsensusADMM:
         else:
             z = x = self.z_step(self._sums, rho)
         z_plain = z
-        residuals = self.residuals(x, z, u, z_previous, rho, signals)
+        time_up = bool(self.settings.time_limit) and \
+            elapsed_before + time.perf_counter() - start >= self.settings.time_limit
+        residuals = self.residuals(x, z, u, z_previous, rho, signals, time_up)
         gap = self.gap_step(z)
         elapsed = elapsed_before + time.perf_counter() - start
         self.record(residuals, elapsed, gap)

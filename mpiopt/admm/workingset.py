@@ -293,8 +293,11 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
             {"u": u if u is not None else xp.zeros(0)},
             {"iterations": iterations, "outer": outer, "rho": rho, "solve_time": solve_time, "gap_time": gap_time,
              "history": history, "outer_rows": outer_rows})
-        if comm.rank == 0 and os.path.exists(_inner_path(settings.checkpoint, outer)):
-            os.remove(_inner_path(settings.checkpoint, outer))
+        if comm.rank == 0:
+            try:  # a leftover is harmless (a resume reads only the next outer iteration's), a failure not fatal
+                os.remove(_inner_path(settings.checkpoint, outer))
+            except OSError:
+                pass
 
     try:
         while True:

@@ -223,7 +223,6 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
     features, intercept = design.features, problem.intercept
     l1, _, _ = gap_terms(shard, engine_penalty)
     tol = settings.gap_tol if settings.gap_tol is not None else default_gap_tol(settings)
-    tick = time.perf_counter()
     if problem._column_norms is None:
         problem._column_norms = column_norms(shard, comm)
     norms = problem._column_norms

@@ -71,29 +71,9 @@ def data_problem(A, b, xp, b_name="b_local"):
         (lambda: A.shape[1] >= 1, "A_local has no columns"),
         (lambda: dtype_ok(A), lambda: dtype_message("A_local", A)),
         (lambda: dtype_ok(b), lambda: dtype_message(b_name, b)),
-        (lambda: _all_finite(_values(A), xp), lambda: _finite_message("A_local", _values(A), xp)),
-        (lambda: _all_finite(b, xp), lambda: _finite_message(b_name, b, xp)),
+        (lambda: backend.all_finite(_values(A)), lambda: backend.finite_message("A_local", _values(A))),
+        (lambda: backend.all_finite(b), lambda: backend.finite_message(b_name, b)),
     ])
-
-
-def _all_finite(array, xp):
-    """True when every entry is finite, in one BLAS pass without an array-sized temporary.
-
-    A NaN or inf entry makes its column sum (a product with a vector of ones)
-    non-finite; so does an overflowing sum of huge finite values, which
-    _finite_message tells apart on the error path.
-    """
-    if array.size == 0:
-        return True
-    ones = xp.ones(array.shape[0], dtype=array.dtype)
-    with numpy.errstate(over="ignore", invalid="ignore"):
-        return bool(xp.isfinite(ones @ array).all())
-
-
-def _finite_message(name, array, xp):
-    if not bool(xp.isfinite(array).all()):
-        return f"{name} contains NaN or inf"
-    return f"{name} has values so large that their sums overflow; rescale the data"
 
 
 def penalty_problem(penalty, options, lam_ratio, n_features):

@@ -146,3 +146,34 @@ class Scratch:
 
     def clear(self):
         self._buffers.clear()
+
+
+def all_finite(array):
+    """True when every entry of ``array`` (numpy or CuPy) is finite, in one BLAS pass without an array-sized
+    temporary.
+
+    A NaN or inf entry makes its column sum (a product with a vector of ones)
+    non-finite; so does an overflowing sum of huge finite values, which
+    :func:`finite_message` tells apart on the error path.  Every method checks
+    its data with this pair (inside ``check_collectively``), so NaN or inf is
+    refused the same way everywhere.
+    """
+    if array.size == 0 or not np.issubdtype(array.dtype, np.inexact):
+        return True
+    xp = get_array_module(array)
+    ones = xp.ones(array.shape[0], dtype=array.dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return bool(xp.isfinite(ones @ array).all())
+
+
+def finite_message(name, array):
+    """Why ``array`` failed :func:`all_finite`, naming it as ``name``."""
+    xp = get_array_module(array)
+    if not bool(xp.isfinite(array).all()):
+        return f"{name} contains NaN or inf"
+    return f"{name} has values so large that their sums overflow; rescale the data"
+
+
+def finite_problem(name, array):
+    """The message when ``array`` has a NaN or inf entry (or sums that overflow), else None."""
+    return None if all_finite(array) else finite_message(name, array)

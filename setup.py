@@ -30,6 +30,8 @@ setup(
         "plots": ["matplotlib>=3.5"],
         "gpu": ["cupy-cuda12x"],
         "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3"],  # the competitors
+        # everything the README's tour uses: MPI, the bundled data sets, the accountant, plots, HDF5
+        "all": ["mpich", "scikit-learn>=1.6", "dp-accounting>=0.4", "matplotlib>=3.5", "h5py>=3"],
     },
     entry_points={"console_scripts": ["mpiopt=mpiopt.cli:main"]},
     classifiers=[

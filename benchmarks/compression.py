@@ -79,7 +79,7 @@ def main(argv=None):
 
     from mpiopt.collectives import get_reducer
     from mpiopt.collectives.models import Fitted, fit_alpha_beta, fit_gamma_copy, on_network, predict_compressed
-    from mpiopt.compression import get_compressor
+    from mpiopt.compression import bucket_payload_bytes, get_compressor
     from mpiopt.core.io import check_writable
 
     args = parse_args(argv)
@@ -140,14 +140,14 @@ def main(argv=None):
     training = train_part(args, comm, configs, say)
 
     # 4. The network model: predicted time per step of that MLP's gradient, on links this machine does not have.
-    n_params = training["n_params"]
     predictions = []
     for run in training["runs"]:
         label = run["compressor"]
         name, options = next((name, options) for name, options, text in configs if text == label)
         compressor = get_compressor(name, **options)
         path = "allreduce" if compressor.linear else "allgather"
-        payload = compressor.payload_bytes((n_params,), np.float64)  # the trainer's gradients are float64
+        # the trainer's gradients are float64; PowerSGD compresses each of the model's tensors in its shape
+        payload = bucket_payload_bytes(compressor, training["shapes"], np.float64)
         for gbps in NETWORKS:
             for p in RANKS:
                 wire = predict_compressed(path, p, payload, on_network(fitted, gbps),
@@ -210,10 +210,10 @@ def train_part(args, comm, configs, say):
     data = load_dataset("digits", comm=comm)
     hidden = tuple(int(h) for h in args.hidden.split(","))
     runs = []
-    n_params = None
+    n_params = shapes = None
     for name, options, label in configs:
         model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=hidden)
-        n_params = model.n_params
+        n_params, shapes = model.n_params, [list(shape) for shape in model.shapes]
         optimizer = get_optimizer("adam", lr=args.lr)
         result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
                        batch_size=args.batch_size, seed=0, reducer="ring",
@@ -230,8 +230,8 @@ def train_part(args, comm, configs, say):
                      "train_seconds": timings["train"]})
         say(f"  train {label:<13}: loss {result.loss:.6f}, accuracy {result.accuracy:.4f}, test accuracy "
             f"{test_accuracy:.4f}, {runs[-1]['bytes_sent']} bytes sent by rank 0 in {result.steps} steps")
-    return {"model": f"mlp 64-{'-'.join(map(str, hidden))}-10", "n_params": n_params, "epochs": args.epochs,
-            "batch_size": args.batch_size, "runs": runs}
+    return {"model": f"mlp 64-{'-'.join(map(str, hidden))}-10", "n_params": n_params, "shapes": shapes,
+            "epochs": args.epochs, "batch_size": args.batch_size, "runs": runs}
 
 
 def plot(training, predictions, path):

@@ -108,6 +108,42 @@ def test_powersgd_over_ranks_equals_powersgd_of_the_sum(comm, error_feedback):
     reducer.close()
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["auto", "allgather"])
+def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode):
+    """A buffer of a 64 x 1024 rank-1 matrix, a bias and a 3 x 2 x 2 tensor: the matrix comes back to
+    rounding at rank 1 (viewed flat, as a near-square matrix, it does not), the bias (64 x 1) and the small
+    tensor (3 x 4: not worth compressing) exactly; one round of P for all three, one of Q for the matrix."""
+    rng = np.random.default_rng(comm.rank)
+    matrix = np.outer(rng.standard_normal(64), np.linspace(-1, 1, 1024)) if comm.rank == 0 else np.zeros((64, 1024))
+    bias, small = rng.standard_normal(64), rng.standard_normal((3, 2, 2))
+    buffer = np.concatenate([matrix.ravel(), bias, small.ravel()])
+    shapes = [(64, 1024), (64,), (3, 2, 2)]
+    reducer = get_reducer("ring", comm, compressor="powersgd", rank=1, error_feedback=False, mode=mode)
+    exact = comm.allreduce(buffer)
+    out = reducer.allreduce(buffer, name="bucket", shapes=shapes)
+    assert np.linalg.norm(out - exact) <= 1e-14 * np.linalg.norm(exact)
+    flat = reducer.allreduce(buffer, name="flat")
+    assert np.linalg.norm(flat[:65536] - exact[:65536]) > 0.1 * np.linalg.norm(exact[:65536])
+    assert sorted(reducer.state_dict()["compressor"]) == ["bucket/tensor0", "flat"]  # warm starts: the matrices
+    if mode == "auto":
+        rows = int(np.ceil(np.sqrt(buffer.size)))
+        cols = -(-buffer.size // rows)
+        flat_rounds = [expected_ring_bytes(comm, rows, 8), expected_ring_bytes(comm, cols, 8)]
+        assert reducer.last_bytes_sent == sum(sent for sent, _ in flat_rounds)
+        reducer.allreduce(buffer, name="bucket", shapes=shapes)
+        tensor_rounds = [expected_ring_bytes(comm, 64 + 64 + 12, 8), expected_ring_bytes(comm, 1024, 8)]
+        assert reducer.last_bytes_sent == sum(sent for sent, _ in tensor_rounds)
+    with pytest.raises(ValueError, match="hold 65536 elements; the buffer has 65612"):
+        reducer.allreduce(buffer, name="bad", shapes=[(64, 1024)])
+    reducer.close()
+    two_pass = get_reducer("ring", comm, compressor="powersgd", rank=1, mode="two-pass")
+    with pytest.raises(ValueError, match="two-pass"):
+        two_pass.allreduce(buffer, name="bucket", shapes=shapes)
+    two_pass.close()
+
+
 def expected_ring_bytes(comm, count, itemsize):
     """(sent, received) of the ring all-reduce of ``count`` elements: the reduce-scatter sends every chunk
     but this rank's and receives every chunk but its left neighbour's; the all-gather sends every chunk but

@@ -56,6 +56,21 @@ def test_buckets_cover_the_vector_from_its_end_and_split_at_layers():
         assert (owned == 1).all(), "every entry belongs to exactly one rank's shard"
 
 
+def test_buckets_of_whole_tensors_never_cut_a_tensor():
+    """PyTorch DDP's rule for a compressor that needs each tensor in its shape: tensors from the end, a bucket
+    closed before the next tensor would take it past the limit; a larger tensor is a bucket of its own."""
+    shapes = [(4, 5), (5,), (5, 2), (2,)]            # entries [0, 20), [20, 25), [25, 35), [35, 37)
+    layers = [(0, 25), (25, 37)]
+    assert bucket_bounds(layers, 12, False, [20, 5, 10, 2]) == [(25, 37), (20, 25), (0, 20)]
+    assert bucket_bounds(layers, 17, False, [20, 5, 10, 2]) == [(20, 37), (0, 20)]
+    assert bucket_bounds(layers, 17, True, [20, 5, 10, 2]) == [(25, 37), (20, 25), (0, 20)]
+    assert bucket_bounds(layers, 1, False, [20, 5, 10, 2]) == [(35, 37), (25, 35), (20, 25), (0, 20)]
+    assert bucket_bounds(layers, 100, False, [20, 5, 10, 2]) == [(0, 37)]
+    layout = BucketLayout(layers, 8 * 17, False, 0, 1, tensor_shapes=shapes)
+    assert [bucket.shapes for bucket in layout.buckets] == [((5,), (5, 2), (2,)), ((4, 5),)]
+    assert BucketLayout(layers, 8 * 17, False, 0, 1).buckets[0].shapes is None
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])

@@ -48,6 +48,17 @@ ring formulas (a model: MPI's own algorithms do not say).  The small argument
 checks (one MPI_Allreduce of three integers when ``check``) are not counted.
 ``bytes_sent`` / ``bytes_received`` add them up.
 
+**Tensors.**  ``allreduce(..., shapes=[...])`` says which tensors tile the
+buffer, in order (a training bucket of a model's parameters).  A compressor
+that works per tensor (``per_tensor``: PowerSGD) then compresses each tensor
+on its own, as the matrix ``(shape[0], -1)`` (a vector of n as n x 1), under
+the name ``{name}/tensor{j}`` (its own residual, warm start and draws), as
+PyTorch's ``powerSGD_hook`` does; the tensors' payloads travel together, one
+all-reduce per round (``allreduce``) or one all-gather (``allgather``), so a
+bucket costs the messages of one buffer.  ``two-pass`` cuts the buffer into
+rank chunks, not tensors, and refuses ``shapes`` with such a compressor;
+the other compressors see the buffer whole and ignore ``shapes``.
+
 ``reduce_scatter``, ``allgather`` and ``allgatherv`` go to the inner reducer
 uncompressed (exact, not counted).
 
@@ -62,7 +73,7 @@ copies, so a CuPy call moves and adds the same bytes as a numpy one.
 import numpy as np
 from mpi4py import MPI
 
-from ..compression import ErrorFeedback, get_compressor, pack, unpack
+from ..compression import ErrorFeedback, get_compressor, pack, tensor_matrix_shape, unpack
 from ..compression.base import Compressor
 from ..core.backend import get_array_module
 from ..core.partition import offsets
@@ -118,6 +129,7 @@ class CompressedReducer(Reducer):
             base, inner_options = self._build_compressor(compressor, options)
             self.error_feedback = base.error_feedback if error_feedback is None else bool(error_feedback)
             self.compressor = ErrorFeedback(base) if self.error_feedback else base
+            self.per_tensor = bool(getattr(base, "per_tensor", False))
             self.mode = self._resolve_mode(mode, base)
             self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **inner_options)
             if cuda_aware is not None:
@@ -173,21 +185,24 @@ class CompressedReducer(Reducer):
         self.last_bytes_received += traffic[1]
 
     # -- the interface --------------------------------------------------------
-    def allreduce(self, sendbuf, recvbuf=None, op="sum", name=None):
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", name=None, shapes=None):
         """The (approximate) sum or mean of every rank's ``sendbuf`` after compression; ``name`` keys the
-        buffer's error-feedback residual, warm start and random draws (see the module docstring)."""
+        buffer's error-feedback residual, warm start and random draws; ``shapes``, the tensors that tile the
+        buffer, lets a per-tensor compressor see each in its own shape (see the module docstring)."""
         out = self._prepare(sendbuf, recvbuf, op)
         if op not in ("sum", "mean") or sendbuf.dtype.kind != "f" or sendbuf.dtype == np.float16:
             raise ValueError(f"rank {self.rank}: compressed allreduce takes float32 or float64 buffers and op "
                              f"'sum' or 'mean', got {sendbuf.dtype} and {op!r}")
         key = f"{sendbuf.dtype}[{sendbuf.size}]" if name is None else str(name)
+        tensors = self._tensors(sendbuf, out, key, shapes)
         step = self._steps.get(key, 0)
         self._steps[key] = step + 1
         self.last_bytes_sent = self.last_bytes_received = 0
         if out.size:
-            path = {"allreduce": self._allreduce_path, "allgather": self._allgather_path,
-                    "two-pass": self._two_pass_path}[self.mode]
-            path(sendbuf, out, key, step)
+            if self.mode == "two-pass":
+                self._two_pass_path(sendbuf, out, key, step)
+            else:
+                (self._allreduce_path if self.mode == "allreduce" else self._allgather_path)(tensors, step)
         if op == "mean":
             out /= out.dtype.type(self.size)
         self.bytes_sent += self.last_bytes_sent
@@ -202,6 +217,28 @@ class CompressedReducer(Reducer):
 
     def allgatherv(self, sendbuf):
         return self.inner.allgatherv(sendbuf)
+
+    def _tensors(self, sendbuf, out, key, shapes):
+        """[(input, output, name)] to compress one by one: each tensor of ``shapes`` as its matrix for a
+        per-tensor compressor (empty ones left out), else the whole buffer."""
+        if shapes is None or not self.per_tensor:
+            return [(sendbuf, out, key)]
+        shapes = [tuple(int(n) for n in shape) for shape in shapes]
+        sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+        if sum(sizes) != sendbuf.size or any(n < 0 for shape in shapes for n in shape):
+            raise ValueError(f"rank {self.rank}: shapes {shapes} hold {sum(sizes)} elements; the buffer has "
+                             f"{sendbuf.size}")
+        if self.mode == "two-pass":
+            raise ValueError(f"rank {self.rank}: mode 'two-pass' cuts the buffer into rank chunks, so "
+                             f"{self.compressor.name} cannot compress its tensors in their own shapes; use mode "
+                             "'auto' (or call allreduce without shapes)")
+        flat, tensors, start = sendbuf.reshape(-1), [], 0
+        for index, (shape, size) in enumerate(zip(shapes, sizes)):
+            if size:
+                tensors.append((flat[start:start + size].reshape(tensor_matrix_shape(shape)),
+                                out[start:start + size], f"{key}/tensor{index}"))
+            start += size
+        return tensors
 
     # -- the paths --------------------------------------------------------------
     def _sum(self, payload_array):
@@ -218,19 +255,37 @@ class CompressedReducer(Reducer):
         self._count(ring_allgather_bytes(block_bytes, self.rank))
         return self.inner._gather(packed, bounds), bounds
 
-    def _allreduce_path(self, x, out, key, step):
+    def _sum_together(self, payload_arrays):
+        """The sums over ranks of several linear payload arrays, by one all-reduce of their concatenation
+        (one message per step, as for one buffer); returned in order, as views of that sum."""
+        if len(payload_arrays) == 1 or len({array.dtype for array in payload_arrays}) > 1:
+            return [self._sum(array) for array in payload_arrays]
+        joined = self._sum(get_array_module(*payload_arrays).concatenate(payload_arrays))
+        bounds = np.cumsum([0] + [array.size for array in payload_arrays]).tolist()
+        return [joined[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
+
+    def _allreduce_path(self, tensors, step):
+        """Linear payloads summed as they travel: one all-reduce per round for all the tensors.  Every tensor
+        is compressed (its payload never aliases it) before any output is written, so ``recvbuf`` may be
+        ``sendbuf``."""
         compressor = self.compressor
         if compressor.rounds == 2:
-            (p_payload,), state = compressor.compress_p(x, key, step)
-            p_sum = self._sum(p_payload)
-            if state.rounds == 1:
-                compressor.decompress((p_sum,), state.ctx, out)
-                return
-            (q_payload,) = compressor.compress_q(p_sum, state)
-            compressor.decompress_q(self._sum(q_payload), state, out)
+            first = [compressor.compress_p(x, name, step) for x, _, name in tensors]
+            p_sums = self._sum_together([payload[0] for payload, _ in first])
+            second = []
+            for (_, out, _), (_, state), p_sum in zip(tensors, first, p_sums):
+                if state.rounds == 1:  # sent uncompressed: done
+                    compressor.decompress((p_sum,), state.ctx, out)
+                else:
+                    second.append((state, out, compressor.compress_q(p_sum, state)[0]))
+            if second:
+                for (state, out, _), q_sum in zip(second, self._sum_together([q for _, _, q in second])):
+                    compressor.decompress_q(q_sum, state, out)
             return
-        (payload,), ctx = compressor.compress(x, key, step)
-        compressor.decompress((self._sum(payload),), ctx, out)
+        compressed = [compressor.compress(x, name, step) for x, _, name in tensors]
+        sums = self._sum_together([payload[0] for payload, _ in compressed])
+        for (_, out, _), (_, ctx), payload_sum in zip(tensors, compressed, sums):
+            compressor.decompress((payload_sum,), ctx, out)
 
     def _decode_sum(self, payloads, ctx, out):
         """out = the decoded payloads added in rank order."""
@@ -241,13 +296,19 @@ class CompressedReducer(Reducer):
                 self.compressor.accumulate(payload, ctx, out)
         return out
 
-    def _allgather_path(self, x, out, key, step):
-        payload, ctx = self.compressor.compress(x, key, step)
-        size = ctx.payload_bytes
-        gathered, bounds = self._gather(pack(payload), [size] * self.size)
-        payloads = (payload if rank == self.rank else unpack(gathered[bounds[rank]:bounds[rank + 1]], ctx)
-                    for rank in range(self.size))
-        self._decode_sum(payloads, ctx, out)
+    def _allgather_path(self, tensors, step):
+        """Every rank's payloads of all the tensors, packed one after the other and all-gathered at once."""
+        compressed = [self.compressor.compress(x, name, step) for x, _, name in tensors]
+        sizes = [ctx.payload_bytes for _, ctx in compressed]
+        packed = pack(tuple(part for payload, _ in compressed for part in payload))
+        gathered, bounds = self._gather(packed, [sum(sizes)] * self.size)
+        start = 0
+        for (_, out, _), (payload, ctx), size in zip(tensors, compressed, sizes):
+            payloads = (payload if rank == self.rank else
+                        unpack(gathered[bounds[rank] + start:bounds[rank] + start + size], ctx)
+                        for rank in range(self.size))
+            self._decode_sum(payloads, ctx, out)
+            start += size
 
     def _two_pass_path(self, x, out, key, step):
         p, rank, flat = self.size, self.rank, x.reshape(-1)

@@ -33,7 +33,7 @@ from .topk import TopK
 from .randomk import RandomK
 from .powersgd import PowerSGD, PowerSGDRound
 from .error_feedback import ErrorFeedback
-from .base import Compressor, Context, pack, unpack
+from .base import Compressor, Context, bucket_payload_bytes, pack, tensor_matrix_shape, unpack
 
 
 COMPRESSORS = RegistryView("compressor", "COMPRESSORS")  # name -> class, a live view of the registry
@@ -53,5 +53,5 @@ def get_compressor(name, **options):
 
 
 __all__ = ["BF16", "COMPRESSORS", "Compressor", "Context", "ErrorFeedback", "FP16", "NoCompression", "PowerSGD",
-           "PowerSGDRound", "QSGD", "QSGD4", "QSGD8", "RandomK", "Sign", "TopK", "get_compressor", "pack",
-           "unpack"]
+           "PowerSGDRound", "QSGD", "QSGD4", "QSGD8", "RandomK", "Sign", "TopK", "bucket_payload_bytes",
+           "get_compressor", "pack", "tensor_matrix_shape", "unpack"]

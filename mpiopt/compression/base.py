@@ -31,6 +31,13 @@ decoded payloads.  ``unbiased`` says whether E[decompress(compress(x))] = x;
 ``error_feedback`` whether the compressed reducer wraps it in
 :class:`~mpiopt.compression.error_feedback.ErrorFeedback` by default (the
 biased, contractive ones).  ``options`` names the constructor's arguments.
+
+**Tensors.**  ``per_tensor`` says whether the compressor works on a tensor's
+shape (PowerSGD's matrices) rather than on its elements: given a buffer that
+holds several tensors and their shapes (a training bucket), the compressed
+reducer then hands it each tensor on its own, as the matrix
+:func:`tensor_matrix_shape` (PyTorch's ``view(shape[0], -1)``: a vector of n
+is n x 1), under its own name; the others see the buffer whole, flat.
 """
 from dataclasses import dataclass, field
 
@@ -39,6 +46,25 @@ import numpy as np
 from ..core.backend import Scratch, get_array_module
 
 FLOAT_DTYPES = (np.float32, np.float64)
+
+
+def tensor_matrix_shape(shape):
+    """(shape[0], the product of the others): the matrix a tensor of ``shape`` is seen as, PyTorch's
+    ``tensor.view(shape[0], -1)``; a vector of n entries is (n, 1), a scalar (1, 1)."""
+    shape = tuple(int(n) for n in shape)
+    if not shape:
+        return 1, 1
+    rest = int(np.prod(shape[1:], dtype=np.int64))
+    return shape[0], rest
+
+
+def bucket_payload_bytes(compressor, shapes, dtype=np.float32):
+    """Bytes of one rank's payload for a buffer holding tensors of ``shapes`` (in order), as the compressed
+    reducer sends it: each tensor's own payload when the compressor works per tensor, else the flat buffer's."""
+    if getattr(compressor, "per_tensor", False):
+        return sum(compressor.payload_bytes(tensor_matrix_shape(shape), dtype) for shape in shapes
+                   if int(np.prod(shape, dtype=np.int64)))
+    return compressor.payload_bytes(sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes), dtype)
 
 
 def buffer_name(name):
@@ -131,6 +157,7 @@ class Compressor:
     linear = False
     unbiased = False
     error_feedback = False
+    per_tensor = False
     rounds = 1
     options = ()
 

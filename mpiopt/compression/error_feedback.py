@@ -37,6 +37,7 @@ class ErrorFeedback:
     linear = property(lambda self: self.compressor.linear)
     unbiased = property(lambda self: False)
     error_feedback = property(lambda self: True)
+    per_tensor = property(lambda self: getattr(self.compressor, "per_tensor", False))
     rounds = property(lambda self: self.compressor.rounds)
     options = property(lambda self: self.compressor.options)
 

@@ -5,12 +5,16 @@ Compression for Distributed Optimization"; the same choices as PyTorch DDP's
 ``powerSGD_hook``.
 
 **The matrix.**  An array of two or more dimensions is viewed as
-(shape[0], prod(shape[1:])), as PyTorch does; a vector of n elements (the flat
-parameter vectors mpiopt reduces) as rows = ceil(sqrt(n)) by
-cols = ceil(n / rows), padded with fewer than ``rows`` zeros.  The rank used
-is r = min(rank, rows, cols).  When rows cols < min_compression_rate
-(rows + cols) r (PyTorch's rule; small buffers, biases) the buffer travels
-uncompressed: one round, linear and exact.
+(shape[0], prod(shape[1:])), as PyTorch does.  PowerSGD works per tensor
+(``per_tensor``): a training bucket reaches it tensor by tensor, each as
+``(shape[0], -1)`` (:func:`~mpiopt.compression.base.tensor_matrix_shape`), so
+a weight matrix keeps its own shape and a bias of n entries is an n x 1
+matrix, which the rule below leaves uncompressed, as in PyTorch's
+``powerSGD_hook``.  A flat vector of n elements given alone is viewed as
+rows = ceil(sqrt(n)) by cols = ceil(n / rows), padded with fewer than ``rows``
+zeros.  The rank used is r = min(rank, rows, cols).  When rows cols <
+min_compression_rate (rows + cols) r (PyTorch's rule; small buffers, biases)
+the buffer travels uncompressed: one round, linear and exact.
 
 **Two rounds, each linear** (the compressed reducer sums each over the ranks in
 compressed form, ``compress_p`` then ``compress_q``):
@@ -78,6 +82,7 @@ class PowerSGD(Compressor):
     name = "powersgd"
     linear = True
     error_feedback = True
+    per_tensor = True
     rounds = 2
     options = ("rank", "min_compression_rate", "warm_start", "seed")
 

@@ -155,8 +155,10 @@ class Trainer:
         self.model, self.X, self.y, self.optimizer, self.settings, self.log = model, X, y, optimizer, settings, log
         self.comm = comm.Dup()  # the per-step all-reduce and the evaluation; the reducer has a communicator of its own
         self.reducer, self.owns_reducer = _reducer(settings, comm)
+        # A compressor that works on each tensor in its own shape (PowerSGD) gets buckets of whole tensors.
+        per_tensor = getattr(self.reducer, "per_tensor", False)
         self.layout = BucketLayout(model.layer_bounds(), settings.bucket_bytes, settings.zero_stage >= 2,
-                                   comm.rank, comm.size)
+                                   comm.rank, comm.size, tensor_shapes=model.shapes if per_tensor else None)
         self.memory = MemoryAccount(settings.trace_memory)
         self.xp = get_array_module(X)  # numpy, or CuPy: the run's arrays live where the data are
         self.device = None if self.xp is np else X.device.id

@@ -119,8 +119,8 @@ class Replicated:
             self.next_bucket += 1
 
     def allreduce_bucket(self, piece, bucket):
-        if self.compressed:  # each bucket keeps its own error-feedback residual, by name
-            self.reducer.allreduce(piece, piece, name=f"bucket{bucket.index}")
+        if self.compressed:  # each bucket keeps its own error-feedback residual, by name; its tensors' shapes
+            self.reducer.allreduce(piece, piece, name=f"bucket{bucket.index}", shapes=bucket.shapes)
             self.bytes_sent += self.reducer.last_bytes_sent
         else:
             self.reducer.allreduce(piece, piece)

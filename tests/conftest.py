@@ -5,6 +5,15 @@ one rank with ``--with-mpi``; ``mpiexec -n K python -m pytest --only-mpi`` runs
 them at K ranks.  Every test has a timeout (pytest.ini), so a rank that hangs
 fails the run instead of blocking it; pytest-timeout's thread method exits the
 process, which makes mpiexec end the other ranks.
+
+Which MPI tests run at which rank count: every MPI test runs at 1 and 2 ranks.
+At 3 and 4 ranks (where ranks outnumber this machine's 2 cores and each
+collective waits on a rank that has no core) only the tests whose outcome
+can depend on the rank count beyond 2 run: those marked ``many_ranks`` (a
+module's ``pytestmark`` or a test's own mark: the collectives' steps, the same
+answer at any rank count, clients or workers spread over ranks) and those
+parametrized with an ``uneven`` or ``empty`` shard layout.  The others are
+reported as skipped there, with that reason.
 """
 import os
 import subprocess
@@ -75,6 +84,31 @@ def gpu_available():
 
 # For tests marked ``gpu``: ``@requires_gpu`` skips them cleanly without CuPy or a device.
 requires_gpu = pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
+
+
+RANK_COUNT_LAYOUTS = {"uneven", "empty"}  # layouts whose shards change with the rank count
+
+
+def needs_many_ranks(item):
+    """Whether an MPI test also runs at 3 and 4 ranks (see the module docstring)."""
+    if item.get_closest_marker("many_ranks"):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return any(isinstance(value, str) and value in RANK_COUNT_LAYOUTS for value in params.values())
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "many_ranks: an MPI test that also runs at 3 and 4 ranks")
+
+
+def pytest_collection_modifyitems(config, items):
+    if MPI.COMM_WORLD.size <= 2:
+        return
+    skip = pytest.mark.skip(reason="runs at 1 and 2 ranks; at 3 and 4 ranks only the tests marked many_ranks "
+                                   "or with uneven or empty shards run (tests/conftest.py)")
+    for item in items:
+        if item.get_closest_marker("mpi") and not needs_many_ranks(item):
+            item.add_marker(skip)
 
 
 def pytest_runtest_logreport(report):

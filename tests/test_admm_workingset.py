@@ -84,6 +84,7 @@ def test_working_sets_reach_the_full_solvers_objective(comm, model, intercept, s
     assert np.array_equal(comm.bcast(x, root=0), x)
 
 
+@pytest.mark.many_ranks
 @pytest.mark.mpi(min_size=2)
 def test_the_answer_does_not_depend_on_the_rank_count(comm):
     A, b = problem_data(5, (90, 40), 0.9)
@@ -94,6 +95,7 @@ def test_the_answer_does_not_depend_on_the_rank_count(comm):
     assert np.abs(np.asarray(distributed.x) - np.asarray(alone.x)).max() < 1e-4
 
 
+@pytest.mark.many_ranks
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("working_set", [True, False])
 @pytest.mark.parametrize("limit", [0.003, 0.02, 0.08])

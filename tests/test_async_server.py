@@ -21,6 +21,8 @@ import numpy as np
 from mpi4py import MPI
 from mpiopt.collectives import AsyncParameterServer
 
+pytestmark = pytest.mark.many_ranks  # the servers' bookkeeping grows with the number of workers
+
 faulthandler.dump_traceback_later(20, exit=True)
 world = MPI.COMM_WORLD
 

@@ -43,6 +43,7 @@ def test_lasso_objective_matches_sklearn(comm, shape, layout):
     assert np.array_equal(np.asarray(comm.bcast(result.x, root=0)), result.x), "ranks disagree on x"
 
 
+@pytest.mark.many_ranks
 @pytest.mark.mpi
 @pytest.mark.parametrize("shape", ["tall", "wide"])
 def test_lasso_answer_does_not_depend_on_rank_count(comm, shape):

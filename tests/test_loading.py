@@ -8,6 +8,8 @@ from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from mpiopt.core import CollectiveError
 from mpiopt.data import load_rows, read_svmlight_rows, split_file
 
+pytestmark = pytest.mark.many_ranks  # each rank's byte and row ranges change with the rank count
+
 
 def shared_folder(comm, factory, name):
     return comm.bcast(str(factory.mktemp(name)) if comm.rank == 0 else None)

@@ -12,6 +12,8 @@ from mpiopt.data import MinibatchSampler, load_dataset
 from mpiopt.models import LogisticRegression
 from mpiopt.optim import SGD
 
+pytestmark = pytest.mark.many_ranks  # global batches split over any rank count
+
 
 def gathered(comm, local):
     """Every rank's array, concatenated in rank order."""

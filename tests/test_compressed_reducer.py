@@ -144,6 +144,30 @@ def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode
     two_pass.close()
 
 
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("compressor", ["qsgd", "qsgd4"])
+def test_a_qsgd_object_draws_independent_noise_on_every_rank(comm, compressor):
+    """A QSGD object built alike on every rank (worker 0) and handed to the reducer: the reducer sets its
+    worker to the rank, so the ranks' noise differs and the sum of p ranks' decoded payloads of the same x has
+    p times the variance of one, sum_i (N/s)^2 f_i (1 - f_i) with f_i the fraction of s x_i / N (stochastic
+    rounding); the same noise on every rank would give p^2 times."""
+    n, trials = 2000, 200
+    x = np.random.default_rng(7).standard_normal(n)  # the same on every rank
+    reducer = get_reducer("mpi", comm, compressor=get_compressor(compressor, bucket_size=n))
+    assert reducer.compressor.worker == comm.rank
+    norms, levels = reducer.compressor.compress(x, "probe", step=0)[0]
+    everyone = comm.allgather(levels)
+    assert all(not np.array_equal(everyone[0], other) for other in everyone[1:])
+    s = reducer.compressor.levels
+    y = s * x / np.float64(norms[0])
+    fraction = y - np.floor(y)
+    one_rank = float(np.sum((np.float64(norms[0]) / s) ** 2 * fraction * (1 - fraction)))
+    spread = sum(float(np.sum((reducer.allreduce(x, name="g") - comm.size * x) ** 2)) for _ in range(trials)) / trials
+    assert 0.85 <= spread / (comm.size * one_rank) <= 1.15, (spread, comm.size * one_rank)
+    reducer.close()
+
+
 def expected_ring_bytes(comm, count, itemsize):
     """(sent, received) of the ring all-reduce of ``count`` elements: the reduce-scatter sends every chunk
     but this rank's and receives every chunk but its left neighbour's; the all-gather sends every chunk but

@@ -116,6 +116,11 @@ class CompressedReducer(Reducer):
     by the names the compressor class lists; the rest go to the inner reducer
     ``reducer``) or a compressor object (which then belongs to this reducer:
     its state, such as PowerSGD's warm start, follows this reducer's calls).
+    A compressor with a ``worker`` option (QSGD: its noise stream) gets this
+    rank as its worker, so that the ranks draw independent noise and the sum
+    stays unbiased with the variance of independent terms: an object's worker
+    is set to the rank; by name the rank is the default (a ``worker`` given by
+    name is kept, and must then differ between ranks).
     """
 
     name = "compressed"
@@ -150,6 +155,8 @@ class CompressedReducer(Reducer):
                 raise ValueError("pass the bare compressor and error_feedback=True; the reducer adds it")
             if not isinstance(compressor, Compressor):
                 raise TypeError(f"compressor must be a registered name or a Compressor, got {compressor!r}")
+            if "worker" in compressor.options:
+                compressor.worker = self.rank  # built alike on every rank: make its noise independent per rank
             return compressor, options
         names = lookup("compressor", compressor).options
         mine = {key: value for key, value in options.items() if key in names}

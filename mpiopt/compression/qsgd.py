@@ -39,7 +39,7 @@ float32 (float64 for float64 input), the same bits on the CPU (numpy's own
 ``numpy.random.Philox``, the same generator, for the whole buffer) and the GPU
 (a thread per block of eight elements).  Unbiasedness of the sum over ranks
 needs independent noise on each rank, hence ``worker`` (the compressed reducer
-sets it to the rank when it builds the compressor by name); reproducibility
+sets it to the rank, for a compressor object handed to it too); reproducibility
 needs seeding, hence ``seed`` and the step.  The rounding probabilities are
 exact to 2^-24 of a level, save for float32's rounding of y_i + u_i (its
 spacing near |y_i| <= s: at most 2^-17 of a level for 8 bits).

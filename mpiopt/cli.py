@@ -883,6 +883,8 @@ def run_lasso(args, comm):
 
 
 def main(argv=None):
+    from .core import signals
+    signals.catch()  # first: a signal that comes while the run starts waits for its first iteration
     from .core.threads import set_blas_threads_from_mpi
     set_blas_threads_from_mpi()
     from mpi4py import MPI
@@ -898,6 +900,8 @@ def main(argv=None):
     args, unknown = build_parser().parse_known_args(argv)
     if unknown:  # reported with the subcommand's usage, not the top level's
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if getattr(args, "checkpoint", None) is None:  # no checkpoint to write: SIGTERM stops, SIGUSR1 is ignored
+        signals.release(pass_on=True)
     if args.command == "slurm":
         args.workload_args = workload_args
         if comm.size > 1:

@@ -229,6 +229,47 @@ def test_signal_flags_are_taken_once_and_the_handlers_restored():
     assert signal.getsignal(signal.SIGUSR1) is before
 
 
+def test_a_signal_caught_before_any_method_waits_for_the_first_take_and_nested_flags_share_it():
+    from mpiopt.core import signals
+    before = {number: signal.getsignal(number) for number in signals.SIGNALS}
+    assert signals.catch() and not signals.catch(), "installed once"
+    try:
+        os.kill(os.getpid(), signal.SIGUSR1)  # during a run's setup: no method is reading the flags yet
+        assert signals.pending() == (True, False)
+        with SignalFlags(False) as disabled:
+            assert disabled.take() == (0.0, 0.0) and signals.pending() == (True, False), "a run without checkpoints"
+        with SignalFlags() as outer:
+            with SignalFlags() as inner:  # e.g. working sets' inner solve
+                assert inner.take() == (1.0, 0.0), "the signal of the setup, at the first iteration"
+            assert signals.caught(), "an inner solve leaves the handlers of the process alone"
+            os.kill(os.getpid(), signal.SIGUSR1)  # between two inner solves
+            with SignalFlags() as inner:
+                assert inner.take() == (1.0, 0.0)
+            assert outer.take() == (0.0, 0.0)
+        assert signals.caught(), "the flags made after catch() do not release the handlers"
+    finally:
+        signals.release()
+    assert {number: signal.getsignal(number) for number in signals.SIGNALS} == before
+    assert signals.pending() == (False, False)
+
+
+def test_release_passes_a_pending_sigterm_on_to_the_previous_handler_and_ignores_sigusr1():
+    from mpiopt.core import signals
+    received = []
+    before = {number: signal.signal(number, lambda number, frame: received.append(number))
+              for number in signals.SIGNALS}
+    try:
+        signals.catch()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert received == [] and signals.pending() == (False, True)
+        signals.release(pass_on=True)  # the command line, once it knows there is no checkpoint to write
+        assert received == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+    finally:
+        for number, handler in before.items():
+            signal.signal(number, handler)
+
+
 def test_iteration_log_prints_the_callers_columns_once():
     stream = io.StringIO()
     log = IterationLog(True, [("step", "5d"), ("loss", "12.4e")], width=20, stream=stream)

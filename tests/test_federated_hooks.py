@@ -59,8 +59,8 @@ def test_dp_clips_every_update_and_adds_the_seeded_noise_to_the_sum_over_the_exp
     clipped = [update.delta for update in recorder.updates.values()]
     assert len(clipped) == 6 and max(dp.clipped_norms.values()) > CLIP  # some updates were clipped
     assert all(np.linalg.norm(delta) <= CLIP * (1 + 1e-12) for delta in clipped)
-    expected_count = 0.5 * len(PARTS)
-    noise = (result.params - start) * expected_count - np.sum(clipped, axis=0)
+    sampled = 6  # 0.5 of the 12 clients
+    noise = (result.params - start) * sampled - np.sum(clipped, axis=0)
     np.testing.assert_allclose(noise, add_gaussian_noise(np.zeros_like(start), CLIP, NOISE, 9, 0), atol=1e-12)
     std, n = NOISE * CLIP, noise.size
     assert abs(noise.mean()) < 5 * std / math.sqrt(n)
@@ -76,10 +76,44 @@ def test_dp_epsilon_per_round_is_the_accountants_and_the_model_is_the_same_at_an
     single = run_federated(softmax(), PARTS, "fedprox", MPI.COMM_SELF, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)],
                            **options)
     assert np.array_equal(result.params, single.params)
-    accountant = DPAccountant(NOISE, 0.25, DELTA)
+    accountant = DPAccountant(NOISE, delta=DELTA, sample_size=3, population=12)  # 0.25 of 12, without replacement
     assert result.history["epsilon"] == [accountant.epsilon(rounds) for rounds in range(1, 5)]
     assert all(a < b for a, b in zip(result.history["epsilon"], result.history["epsilon"][1:]))
     assert sum(result.history["dropped"]) + sum(result.history["stragglers"]) > 0  # they still count as rounds
+
+
+def replace_one_epsilon(noise_multiplier, sample_size, population, rounds, delta):
+    """dp-accounting called directly: m of K sampled without replacement, replace one client; its RDP takes the
+    noise over the sensitivity, which is 2 S for a sum of clipped updates under replace-one."""
+    import dp_accounting
+    import dp_accounting.rdp
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier / 2)), rounds)
+    return accountant.get_epsilon(delta)
+
+
+# fraction K below 1 (the issue's K = 20, C = 0.01: 1 client, rate 0.05), non-integer above 1 (K = 30, C = 0.05:
+# round(1.5) = 2; K = 14, C = 0.3: round(4.2) = 4)
+@needs_dp_accounting
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_clients, fraction, sampled", [(20, 0.01, 1), (30, 0.05, 2), (14, 0.3, 4)])
+def test_dp_accounts_and_scales_by_the_number_of_clients_really_sampled(comm, n_clients, fraction, sampled):
+    parts = split_clients(X, Y, partition("iid", Y, n_clients, 1))
+    recorder, dp = Recorder(), DPHook(CLIP, 1.0, DELTA, seed=3)
+    start = softmax().init_params(0)
+    result = run_federated(softmax(), parts, "fedavg", comm, hooks=[dp, recorder], fraction=fraction, rounds=1,
+                           lr=0.5, seed=0)
+    assert result.history["sampled"] == [sampled]
+    # the update is (the sum of the clipped updates + the noise) / (the clients sampled), on every rank
+    mine = [update.delta for update in recorder.updates.values()]
+    clipped_sum = np.sum(comm.allgather(np.sum(mine, axis=0) if mine else np.zeros_like(start)), axis=0)
+    noise = add_gaussian_noise(np.zeros_like(start), CLIP, 1.0, 3, 0)
+    np.testing.assert_allclose(result.params - start, (clipped_sum + noise) / sampled, rtol=0, atol=1e-12)
+    assert result.history["epsilon"] == [replace_one_epsilon(1.0, sampled, n_clients, 1, DELTA)]
+    assert dp.sampled == sampled
 
 
 @needs_dp_accounting
@@ -151,7 +185,9 @@ def test_cli_federated_with_dp_and_secure_aggregation_at_two_ranks_logs_epsilon_
     assert completed.returncode == 0, completed.stderr
     header = [line for line in completed.stdout.splitlines() if line.split()[:1] == ["round"]]
     assert len(header) == 1 and header[0].split()[-1] == "epsilon"
-    expected = [DPAccountant(1.1, 0.25, 1e-5).epsilon(rounds) for rounds in (1, 2, 3)]
+    assert "_compute_log_a_frac" not in completed.stdout + completed.stderr
+    accountant = DPAccountant(1.1, delta=1e-5, sample_size=3, population=12)
+    expected = [accountant.epsilon(rounds) for rounds in (1, 2, 3)]
     assert json.loads(output.read_text())["history"]["epsilon"] == pytest.approx(expected, rel=1e-12)
     assert [float(row["epsilon"]) for row in csv.DictReader(open(table))] == pytest.approx(expected, rel=1e-9)
     bad = run_mpi(2, "-m", "mpiopt", "federated", "--clients", "12", "--rounds", "1", "--drop-after-masking",

@@ -1,5 +1,6 @@
 """Client-level DP (clipping, noise, accountant) and pairwise-masked secure aggregation."""
 import importlib.util
+import logging
 import math
 
 import numpy as np
@@ -139,6 +140,82 @@ def test_accountant_describes_a_round_and_rejects_bad_settings():
         DPAccountant(1.1, 0.01, 1e-5, method="gdp")
     with pytest.raises(ValueError, match="rounds must be an integer >= 0"):
         DPAccountant(1.1, 0.01, 1e-5).epsilon(-1)
+
+
+def dp_accounting_replace_one_epsilon(noise_multiplier, sample_size, population, rounds, delta):
+    """dp-accounting called directly: m of K without replacement, replace one client (Wang, Balle,
+    Kasiviswanathan 2019, Theorem 27).  Its RDP takes the noise over the sensitivity under the relation, and
+    replacing one clipped update (norm <= S) moves the sum by up to 2 S: noise multiplier z / 2."""
+    import dp_accounting
+    import dp_accounting.rdp
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+    accountant.compose(dp_accounting.SampledWithoutReplacementDpEvent(
+        population, sample_size, dp_accounting.GaussianDpEvent(noise_multiplier / 2)), rounds)
+    return accountant.get_epsilon(delta)
+
+
+def worst_case_epsilon(noise_multiplier, sample_size, population, rounds, delta):
+    """A lower bound on the true epsilon of m-of-K sampling without replacement under replace-one: the other
+    clients all send -S e and the replaced client S e or -S e, so a round is the pair
+    (q N(2S, (zS)^2) + (1 - q) N(0, (zS)^2), N(0, (zS)^2)) with q = m / K, in both orders (PLD, optimistic
+    rounding on a coarse grid: a lower estimate of this pair's epsilon, about 3 % below it)."""
+    from dp_accounting.pld import privacy_loss_distribution
+    pld = privacy_loss_distribution.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier, sensitivity=2.0, sampling_prob=sample_size / population,
+        pessimistic_estimate=False, value_discretization_interval=1e-2)
+    return pld.self_compose(rounds).get_epsilon_for_delta(delta)
+
+
+# the issue's examples: K = 20, fraction 0.01 -> 1 client (rate 0.05); K = 30, fraction 0.05 -> round(1.5) = 2
+@needs_dp_accounting
+@pytest.mark.parametrize("sample_size, population", [(1, 20), (2, 30), (5, 5)])
+def test_fixed_sample_accountant_is_dp_accountings_replace_one_without_replacement_and_not_below_the_worst_case(
+        sample_size, population):
+    noise, rounds, delta = 1.0, 100, 1e-5
+    accountant = DPAccountant(noise, delta=delta, sample_size=sample_size, population=population)
+    epsilon = accountant.epsilon(rounds)
+    assert epsilon == dp_accounting_replace_one_epsilon(noise, sample_size, population, rounds, delta)
+    worst_case = worst_case_epsilon(noise, sample_size, population, rounds, delta)
+    assert epsilon >= worst_case
+    assert accountant.sampling_rate == sample_size / population
+    assert accountant.neighbouring == "replace one" and accountant.sampling == "without replacement"
+    if sample_size < population:  # Poisson accounting at q = m / K (sensitivity S) is below what a data set reaches
+        assert DPAccountant(noise, sample_size / population, delta).epsilon(rounds) < worst_case
+
+
+@needs_dp_accounting
+def test_fixed_sample_pld_is_the_exact_gaussian_of_sensitivity_two_s_when_every_client_is_sampled_else_refused():
+    # m = K: T rounds are the Gaussian mechanism with mu = 2 sqrt(T) / z (Balle & Wang 2018's exact delta)
+    noise, rounds, delta = 4.0, 50, 1e-5
+    mu = 2 * math.sqrt(rounds) / noise
+    exact = brentq(lambda eps: stats.norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * stats.norm.cdf(-eps / mu - mu / 2)
+                   - delta, 0, 200)
+    pld = DPAccountant(noise, delta=delta, sample_size=4, population=4, method="pld")
+    assert pld.epsilon(rounds) == pytest.approx(exact, rel=1e-3)
+    assert DPAccountant(noise, delta=delta, sample_size=4, population=4).epsilon(rounds) >= exact
+    with pytest.raises(ValueError, match="cannot account 1 of 4 clients sampled without replacement"):
+        DPAccountant(noise, delta=delta, sample_size=1, population=4, method="pld")
+    with pytest.raises(ValueError, match="sample_size must be an integer in"):
+        DPAccountant(noise, delta=delta, sample_size=5, population=4)
+    with pytest.raises(ValueError, match="not both"):
+        DPAccountant(noise, 0.25, delta, sample_size=1, population=4)
+    line = DPAccountant(1.0, delta=1e-5, sample_size=1, population=20).describe(100)
+    assert line.endswith("[rdp, z=1, 1 of 20 clients without replacement, replace one]")
+
+
+@needs_dp_accounting
+def test_accountant_keeps_dp_accountings_unconverged_order_warnings_out_and_lets_other_records_through(caplog):
+    from mpiopt.federated.privacy import _quiet_unconverged_orders
+    with caplog.at_level(logging.WARNING):
+        epsilon = DPAccountant(1.0, 0.1, 1e-5).epsilon(30)  # q = 0.1, z = 1: fractional orders 1.1-1.5 fail
+        with _quiet_unconverged_orders():
+            logging.getLogger("absl").warning("another absl warning")
+            logging.getLogger("absl").error("_compute_log_a_frac is not the start of this error")
+    assert math.isfinite(epsilon)
+    messages = [record.getMessage() for record in caplog.records]
+    assert not any(message.startswith("_compute_log_a_frac failed to converge") for message in messages), messages
+    assert "another absl warning" in messages and "_compute_log_a_frac is not the start of this error" in messages
 
 
 def test_accountant_without_dp_accounting_names_the_extra(monkeypatch):

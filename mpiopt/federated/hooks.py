@@ -3,26 +3,28 @@
 ``DPHook`` is DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018,
 Algorithm 1 with the fixed-denominator estimator), built on :mod:`.privacy`:
 
-    Delta = (sum_{k reporting} clip(delta_k, S) + N(0, (z S)^2 I)) / (q K)
+    Delta = (sum_{k reporting} clip(delta_k, S) + N(0, (z S)^2 I)) / m
 
-with q = ``fraction`` and K the number of clients.  The runner's FedAvg
-average weights client k by n_k / sum n_j; under adding or removing one
-client both the numerator and the denominator change, so its sensitivity
-is not S / (q K) and the accountant's guarantee would not hold.  The hook
-therefore replaces it with the paper's estimator: ``transform_update`` clips
-the update and sets its weight to 1 (the strategy then averages uniformly,
-and the round's reported loss is the uniform mean over the reporting
-clients), ``transform_aggregate`` turns the uniform mean of the m reporting
-clients back into their sum (times m), adds the noise once and divides by
-the *expected* count q K.  The sum of clipped updates has sensitivity S, so
-each round is the sampled Gaussian mechanism with noise multiplier z and rate
-q, which ``privacy.DPAccountant`` composes over the rounds run so far.  This
-holds for the strategies that average (fedavg, fedsgd, fedprox); FedNova's
-step-normalized average is refused.  Dropped, straggling and failed clients
-do not change the accounting: each round counts once with rate q, whoever
-reported (they only make the released sum smaller).  The sample is drawn
-without replacement (a fixed count round(q K)); the accountant treats it as
-Poisson sampling with rate q, as TensorFlow Privacy's reports do.
+with m = ``strategy.sample_size(K, fraction)`` = max(1, round(fraction K))
+the clients sampled each round (without replacement) of the K.  The runner's
+FedAvg average weights client k by n_k / sum n_j, whose sensitivity to one
+client is not that of a sum, so the accountant's guarantee would not hold.
+The hook therefore replaces it with the paper's estimator:
+``transform_update`` clips the update and sets its weight to 1 (the strategy
+then averages uniformly, and the round's reported loss is the uniform mean
+over the reporting clients), ``transform_aggregate`` turns the uniform mean
+of the r reporting clients back into their sum (times r), adds the noise once
+and divides by m, the number sampled (public, since K is), not by r (which
+would depend on who reported).  Each round is then the Gaussian mechanism on
+the sum of clipped updates, on m of the K clients sampled without
+replacement; ``privacy.DPAccountant(z, delta=delta, sample_size=m,
+population=K)`` composes it over the rounds run so far under the replace-one
+relation (sensitivity 2 S; see :mod:`.privacy` for why Poisson accounting at
+q = m / K would understate epsilon here).  This holds for the strategies that
+average (fedavg, fedsgd, fedprox); FedNova's step-normalized average is
+refused.  Dropped, straggling and failed clients do not change the
+accounting: each round counts once, whoever reported (they only leave
+clipped updates out of the released sum).
 
 ``SecureAggregationHook`` is pairwise additive masking (Bonawitz et al., CCS
 2017; :mod:`.secure`): each reporting client uploads
@@ -68,9 +70,10 @@ class DPHook:
 
     ``delta`` is the accountant's delta, ``seed`` the noise's seed
     (``random_stream(seed, "dp-noise", round)``), ``accountant`` "rdp" or
-    "pld".  ``epsilon()`` is epsilon at ``delta`` after the rounds run so far;
-    ``clipped_norms`` holds this rank's clients' norms before clipping in the
-    last round (client -> norm).
+    "pld" (pld only when every client is sampled, m = K).  ``sampled`` is
+    m, ``epsilon()`` epsilon at ``delta`` after the rounds run so far under
+    the replace-one relation; ``clipped_norms`` holds this rank's clients'
+    norms before clipping in the last round (client -> norm).
     """
 
     def __init__(self, clip_norm, noise_multiplier, delta=1e-5, seed=0, accountant="rdp"):
@@ -79,7 +82,7 @@ class DPHook:
             raise ValueError(problem)
         self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
         self.seed, self.method = seed, accountant
-        self.accountant, self.expected_clients, self.rounds, self.clipped_norms = None, None, 0, {}
+        self.accountant, self.sampled, self.rounds, self.clipped_norms = None, None, 0, {}
 
     def __repr__(self):
         return (f"DPHook(clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, delta={self.delta}, "
@@ -87,12 +90,16 @@ class DPHook:
 
     def setup(self, strategy, n_clients, settings):
         """A problem (the strategy does not average, bad accountant settings) or None."""
+        problem = _strategy_problem(self, strategy)
+        if problem:
+            return problem
+        self.sampled = strategy.sample_size(n_clients, settings.fraction)
         try:
-            self.accountant = DPAccountant(self.noise_multiplier, settings.fraction, self.delta, self.method)
+            self.accountant = DPAccountant(self.noise_multiplier, delta=self.delta, method=self.method,
+                                           sample_size=self.sampled, population=n_clients)
         except (ValueError, ImportError) as error:
             return f"{self!r}: {error}"
-        self.expected_clients = settings.fraction * n_clients
-        return _strategy_problem(self, strategy)
+        return None
 
     def begin_round(self, round, participants):
         self.rounds, self.clipped_norms = round + 1, {}
@@ -103,9 +110,12 @@ class DPHook:
         return dataclasses.replace(update, delta=clipped, weight=1.0)
 
     def transform_aggregate(self, delta, round, updates):
-        """(the sum of the m clipped updates + N(0, (z S)^2 I)) / (q K), from their uniform mean ``delta``."""
+        """(the sum of the r clipped updates + N(0, (z S)^2 I)) / m, from their uniform mean ``delta``."""
+        if len(updates) > self.sampled:
+            raise RuntimeError(f"{len(updates)} clients reported in round {round}, but the accountant counts "
+                               f"{self.sampled} sampled")
         noisy_sum = add_gaussian_noise(delta * len(updates), self.clip_norm, self.noise_multiplier, self.seed, round)
-        return noisy_sum / self.expected_clients
+        return noisy_sum / self.sampled
 
     def epsilon(self):
         return self.accountant.epsilon(self.rounds)

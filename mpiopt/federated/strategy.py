@@ -8,7 +8,8 @@ its weight ``n_k`` (rows of local data) and its number of local steps
 strategy gives
 
 * ``configure_fit(round, n_clients, fraction, seed)``: the sampled clients,
-  ``max(1, round(fraction K))`` of the K without replacement, drawn from
+  m = ``sample_size(K, fraction)`` = ``max(1, round(fraction K))`` of the K
+  without replacement, uniformly, drawn from
   ``random_stream(seed, "sample", round)`` (the same at any rank count),
   sorted;
 * ``local_epochs(epochs)``, ``local_batch_size(batch_size)``: what the
@@ -64,9 +65,13 @@ class Strategy:
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
 
     # -- configure_fit ------------------------------------------------------------------
+    def sample_size(self, n_clients, fraction):
+        """m = max(1, round(fraction K)) (halves rounded up, at most K): how many clients ``configure_fit`` samples."""
+        return min(n_clients, max(1, int(round_half_up(fraction * n_clients))))
+
     def configure_fit(self, round, n_clients, fraction, seed):
-        """The sorted ids of the clients sampled in ``round``."""
-        count = min(n_clients, max(1, int(round_half_up(fraction * n_clients))))
+        """The sorted ids of the ``sample_size`` clients sampled in ``round``."""
+        count = self.sample_size(n_clients, fraction)
         if count == n_clients:
             return np.arange(n_clients)
         return np.sort(random_stream(seed, "sample", round).choice(n_clients, size=count, replace=False))

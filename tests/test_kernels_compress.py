@@ -272,6 +272,18 @@ def test_qsgd_kernels_are_unbiased_within_one_level(bits):
 
 # -- sign --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sign_l2_scale_is_accumulated_in_float64(dtype):
+    """||x||_2 / sqrt(n) at n = 2^22 to about the rounding of its float32 result, against numpy's pairwise
+    float64 sum of the exact squares (a float32 accumulation was 5e-6 off here, 2.5e-5 at 2^24)."""
+    n = 2 ** 22
+    x = np.random.default_rng(3).standard_normal(n, dtype=dtype) + dtype(1)
+    reference = np.sqrt(np.sum(np.square(x.astype(np.float64)))) / np.sqrt(n)
+    got = kc.sign_scale(x, "l2")
+    assert got.dtype == np.float32 and abs(float(got[0]) - reference) <= 2.0 ** -23 * reference
+    assert float(kc.sign_scale(np.full(3, 2e20, dtype=np.float32), "l2")[0]) == pytest.approx(2e20, rel=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sign_pack_and_unpack_follow_packbits(dtype):
     x = np.concatenate([special_floats(dtype), values(1003, seed=7, dtype=dtype)])
     with np.errstate(invalid="ignore", over="ignore"):  # the scale of NaN and inf
@@ -680,6 +692,14 @@ def test_gpu_qsgd_equals_the_twin_bitwise(cp, norm, bits, dtype):
             decoded = kc.qsgd_dequantize(got[0], got[1], x.size, bits, bucket, dtype=out_dtype)
             assert np.array_equal(host(decoded),
                                   kc.qsgd_dequantize(expected[0], expected[1], x.size, bits, bucket, dtype=out_dtype))
+
+
+def test_gpu_sign_l2_scale_is_accumulated_in_float64(cp):
+    n = 2 ** 22
+    x = np.random.default_rng(3).standard_normal(n, dtype=np.float32) + np.float32(1)
+    reference = np.sqrt(np.sum(np.square(x.astype(np.float64)))) / np.sqrt(n)
+    got = kc.sign_scale(cp.asarray(x), "l2")
+    assert isinstance(got, cp.ndarray) and abs(float(host(got)[0]) - reference) <= 2.0 ** -23 * reference
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -17,7 +17,8 @@ function               what                                                     
                        int8, or two signed nibbles per byte (4 bits)
 ``qsgd_dequantize``    ``level * (N / s)``                                           bitwise
 ``sign_pack``          bits of ``x >= 0``, eight per byte, first element high;       bitwise bits
-                       scale l1 ``||x||_1 / n`` or l2 ``||x||_2 / sqrt(n)``           scale ~
+                       scale l1 ``||x||_1 / n`` or l2 ``||x||_2 / sqrt(n)``, summed   scale ~
+                       in float64
 ``sign_unpack``        ``+scale`` where the bit is 1, ``-scale`` where 0             bitwise
 ``topk_select``        the k largest ``|x_i|``, ties to the lower index; ascending    bitwise
                        int32 indices and their values
@@ -300,13 +301,27 @@ def sign_scale(x, scale="l1"):
         if scale == "l1":
             magnitude = float(np.abs(flat).sum(dtype=np.float64)) / n
         else:
-            magnitude = float(np.sqrt(np.dot(flat, flat))) / np.sqrt(n)
+            magnitude = float(np.sqrt(_sum_of_squares(np, flat))) / np.sqrt(n)
         return np.array([magnitude], dtype=np.float32)
     if scale == "l1":
         magnitude = xp.abs(flat).sum(dtype=xp.float64) / n
     else:
-        magnitude = xp.sqrt(xp.dot(flat, flat)).astype(xp.float64) / float(np.sqrt(n))
+        magnitude = xp.sqrt(_sum_of_squares(xp, flat)) / float(np.sqrt(n))
     return magnitude.astype(xp.float32).reshape(1)
+
+
+def _sum_of_squares(xp, flat):
+    """sum x_i^2 accumulated in float64 (a float32 accumulation is 1e-5 off at 2^22 elements): float32 values
+    are widened first, their squares then exact; CHUNK elements at a time on the host (no array-sized
+    temporary), the whole vector at once on a GPU."""
+    if flat.dtype == np.float64:
+        return xp.dot(flat, flat)
+    step = CHUNK if xp is np else flat.size
+    total = 0.0
+    for start in range(0, flat.size, step):
+        wide = flat[start:start + step].astype(np.float64)
+        total = total + xp.dot(wide, wide)
+    return total
 
 
 def sign_pack(x, scale="l1"):

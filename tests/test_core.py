@@ -32,6 +32,52 @@ def test_registry_lists_looks_up_and_names_the_valid_choices():
     assert unknown("penalty", "l1") is None and "got 7" in unknown("penalty", 7)
 
 
+def test_a_lookup_in_a_fresh_interpreter_finds_the_built_ins_of_every_kind():
+    # issue 19, item 14: lookup("penalty", "l1") before importing mpiopt.admm said "penalty must be one of , got 'l1'"
+    import json
+    import subprocess
+    import sys
+    from mpiopt import admm, asyncsgd, collectives, compression, data, federated, models, optim, slurm  # noqa: F401
+    from mpiopt.core import registry
+    ours = {kind for kind, entries in registry._REGISTRY.items()
+            if any(getattr(item, "__module__", "").startswith("mpiopt.") for item in entries.values())}
+    assert ours == set(registry.BUILTIN_KINDS), "every kind of mpiopt's own is in the table of built-in kinds"
+    # one fresh interpreter; before each kind it forgets every mpiopt package but the core, and the registry
+    script = """
+import json, sys
+from mpiopt.core import registry
+found = {}
+for kind in sys.argv[1:]:
+    for module in [m for m in sys.modules if m.startswith("mpiopt.") and not m.startswith("mpiopt.core")]:
+        del sys.modules[module]
+    registry._REGISTRY.clear()
+    registry._loaded.clear()
+    names = registry.names(kind)
+    item = registry.lookup(kind, names[0]) if names else None
+    found[kind] = [names, names and getattr(item, "__name__", type(item).__name__)]
+print(json.dumps(found))
+"""
+    completed = subprocess.run([sys.executable, "-c", script, *sorted(ours)], capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr
+    for kind, (found, first) in json.loads(completed.stdout).items():
+        expected = [name for name, item in registry._REGISTRY[kind].items()
+                    if getattr(item, "__module__", "").startswith("mpiopt.")]
+        assert sorted(found) == sorted(expected), kind
+        item = registry._REGISTRY[kind][found[0]]
+        assert first == getattr(item, "__name__", type(item).__name__), kind
+
+
+def test_an_unknown_kind_or_name_never_lists_an_empty_choice():
+    message = unknown("penalty", "l7")
+    assert message.startswith("penalty must be one of l1, l2") and message.endswith("got 'l7'")
+    message = unknown("no-such-kind", "x")
+    assert message.startswith("no no-such-kind is registered (got 'x'); the kinds are ")
+    assert "penalty" in message and "one of ," not in message
+    with pytest.raises(RegistryError, match="no no-such-kind is registered"):
+        lookup("no-such-kind", "x")
+
+
 def test_registry_refuses_to_shadow_a_name_silently():
     class Other(penalties.Penalty):
         pass

@@ -8,13 +8,38 @@ Each piece registers itself in its own module, under a kind and a name::
 and everything that lists or chooses pieces reads the registry: the solver's
 validation, the command line's choices, the estimators and the docs.  A user
 adds a piece the same way from their own code and then uses it by name.
-Registration happens when the piece's module is imported; the modules that
-look a kind up import the modules that register it.
+Registration happens when the piece's module is imported: a kind of mpiopt's
+own (``BUILTIN_KINDS``) is owned by one package, which every look-up (``names``,
+``lookup``, ``unknown``) imports first, so the built-ins are there whatever
+the caller imported before.  That import is by name and lazy, so the core
+still imports nothing above it.
 """
-
+import importlib
 from collections.abc import Mapping
 
 _REGISTRY = {}
+
+# kind -> the package whose import registers mpiopt's own pieces of that kind
+BUILTIN_KINDS = {
+    "loss": "mpiopt.admm", "penalty": "mpiopt.admm", "x_solver": "mpiopt.admm",
+    "reducer": "mpiopt.collectives", "compressor": "mpiopt.compression",
+    "model": "mpiopt.models", "optimizer": "mpiopt.optim", "dataset": "mpiopt.data",
+    "strategy": "mpiopt.federated", "partition": "mpiopt.federated",
+    "asyncsgd-method": "mpiopt.asyncsgd", "asyncsgd-problem": "mpiopt.asyncsgd", "tau-model": "mpiopt.asyncsgd",
+    "workload": "mpiopt.slurm",
+}
+_loaded = set()  # the kinds whose package has been imported (or is being imported)
+
+
+def _load_builtins(kind):
+    """Import the package that registers ``kind``'s built-in pieces, once."""
+    if kind in BUILTIN_KINDS and kind not in _loaded:
+        _loaded.add(kind)  # first: the package's own import may look the kind up
+        try:
+            importlib.import_module(BUILTIN_KINDS[kind])
+        except BaseException:
+            _loaded.discard(kind)
+            raise
 
 
 class RegistryError(ValueError):
@@ -40,15 +65,20 @@ def register(kind, name, item=None, *, replace=False):
 
 
 def names(kind):
-    """The registered names of ``kind``, in registration order."""
+    """The registered names of ``kind``, in registration order (the built-ins first)."""
+    _load_builtins(kind)
     return list(_REGISTRY.get(kind, {}))
 
 
 def unknown(kind, name):
     """The message for a name that is not registered, or None when it is."""
-    if isinstance(name, str) and name in _REGISTRY.get(kind, {}):
+    valid = names(kind)
+    if isinstance(name, str) and name in valid:
         return None
-    return f"{kind} must be one of {', '.join(names(kind))}, got {name!r}"
+    if not valid:
+        kinds = sorted(set(BUILTIN_KINDS) | {key for key, entries in _REGISTRY.items() if entries})
+        return f"no {kind} is registered (got {name!r}); the kinds are {', '.join(kinds)}"
+    return f"{kind} must be one of {', '.join(valid)}, got {name!r}"
 
 
 def lookup(kind, name):

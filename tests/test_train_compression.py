@@ -111,3 +111,32 @@ def test_powersgd_training_with_many_buckets_resumes_bit_for_bit(comm, tmp_path)
     resumed = train(model, DATA.X_train, DATA.y_train, get_optimizer("adam", lr=1e-2), comm, max_steps=6,
                     checkpoint=path, **settings)
     assert resumed.info["resumed_at"] == 3 and np.array_equal(resumed.params, straight.params)
+
+
+def logistic_problem(rows=400, features=50):
+    """Seeded logistic-regression data, the same on every rank."""
+    stream = random_stream(0, "test-train-compression-logistic")
+    X = stream.standard_normal((rows, features))
+    y = (X @ stream.standard_normal(features) + stream.standard_normal(rows) > 0).astype(np.int64)
+    return get_model("logistic", n_features=features), X, y
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_unbiased_random_k_trains_without_error_feedback_by_default(comm):
+    """Issue 19's example: unbiased (n/k-scaled) Random-K wrapped in error feedback diverged (loss 2e8-6e13);
+    by default the trainer now asks the compressor, as get_reducer does: none for unbiased Random-K, on for
+    the contractive ones (Top-K, sign, Random-K unscaled)."""
+    model, X, y = logistic_problem()
+
+    def run(**settings):
+        return train(model, X, y, get_optimizer("sgd", lr=0.5), comm, epochs=60, batch_size=400, shuffle=False,
+                     reducer="ring", **settings)
+    exact = run()
+    randomk = run(compressor="randomk", compressor_options={"ratio": 0.1})
+    assert randomk.info["error_feedback"] is False and exact.info["error_feedback"] is None
+    assert randomk.loss <= 1.2 * exact.loss, (randomk.loss, exact.loss)
+    for compressor, options in (("topk", {"ratio": 0.1}), ("sign", None), ("randomk", {"ratio": 0.1, "unbiased": False})):
+        assert run(compressor=compressor, compressor_options=options, max_steps=1).info["error_feedback"] is True
+    assert run(compressor="randomk", compressor_options={"ratio": 0.1}, error_feedback=True,
+               max_steps=1).info["error_feedback"] is True  # asked for

@@ -21,7 +21,8 @@ def banner_lines(info, settings, threads, resumed_at, setup_time):
         f"sharding:  stage {settings.zero_stage}: {STAGE_NAMES[settings.zero_stage]}",
         f"buckets:   {buckets['count']} of up to {buckets['bucket_bytes']} bytes; overlap "
         f"{'on (background thread)' if info['overlap'] else 'off'}; reducer {info['reducer']}"
-        + (f", compressor {info['compressor']}" if info["compressor"] else ""),
+        + (f", compressor {info['compressor']}" + (" with error feedback" if info["error_feedback"] else "")
+           if info["compressor"] else ""),
         f"threads:   {threads.describe()}",
         f"setup:     {setup_time:.3f} s" + (f"; resumed at step {resumed_at}" if resumed_at else ""),
     ] + [f"note:      {note}" for note in info["notes"]]

@@ -40,7 +40,8 @@ class TrainSettings(Settings):
     reducer: str = "auto"        # a registered reducer name or a Reducer (mpiopt.collectives)
     compressor: str = None       # a registered compressor name, or None for exact reductions
     compressor_options: dict = None  # options of the compressor, e.g. {"ratio": 0.01}
-    error_feedback: bool = True  # with a compressor: carry what compression dropped into the next step
+    error_feedback: bool = None  # with a compressor: carry what it dropped into the next step; None: as the
+                                 # compressor says (on for the biased, contractive ones; off for unbiased ones)
     checkpoint: str = None       # npz path for checkpoints, resumed from when it exists (None: none)
     checkpoint_every: int = 0    # steps between checkpoints (0: only at the end and on SIGUSR1/SIGTERM)
     verbose: bool = False        # iteration log on rank 0
@@ -78,7 +79,8 @@ class TrainSettings(Settings):
              "a compressor needs a reducer name (the trainer builds the compressed reducer), not a Reducer"),
             (self.compressor is None or self.zero_stage == 0,
              f"a compressor works with zero_stage 0 (compressed all-reduce), got zero_stage {self.zero_stage!r}"),
-            (isinstance(self.error_feedback, bool), f"error_feedback must be True or False, got {self.error_feedback!r}"),
+            (self.error_feedback is None or isinstance(self.error_feedback, bool),
+             f"error_feedback must be None, True or False, got {self.error_feedback!r}"),
             (self.checkpoint is None or isinstance(self.checkpoint, str),
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (integer(self.checkpoint_every) and self.checkpoint_every >= 0,

@@ -142,7 +142,8 @@ def _reducer(settings, comm):
     if isinstance(settings.reducer, Reducer):
         return settings.reducer, False
     options = {"check": False}  # every bucket's size is fixed by construction
-    if settings.compressor is not None:  # options the compressor lists go to it, the rest to the reducer
+    if settings.compressor is not None:  # options the compressor lists go to it, the rest to the reducer;
+        # error feedback None: the compressor's own choice, as get_reducer makes it (unbiased ones get none)
         options.update(compressor=settings.compressor, error_feedback=settings.error_feedback,
                        **(settings.compressor_options or {}))
     return get_reducer(settings.reducer, comm, **options), True
@@ -180,7 +181,11 @@ class Trainer:
                 "rows": int(self.y.shape[0]), "batch_size": s.batch_size, "seed": s.seed, "shuffle": s.shuffle,
                 "drop_last": s.drop_last, "zero_stage": s.zero_stage, "bucket_bytes": s.bucket_bytes,
                 "optimizer": self.optimizer.name, "compressor": s.compressor,
-                "compressor_options": s.compressor_options, "error_feedback": s.error_feedback}
+                "compressor_options": s.compressor_options, "error_feedback": self.error_feedback()}
+
+    def error_feedback(self):
+        """Whether the reducer's compressor runs with error feedback (None without compression)."""
+        return getattr(self.reducer, "error_feedback", None)
 
     def use_checkpoint(self, path):
         """Checkpoint to ``path`` and resume from it when it exists (collective); returns whether it resumed."""
@@ -348,6 +353,7 @@ class Trainer:
         return {"ranks": self.comm.size, "model": repr(self.model), "n_params": self.model.n_params,
                 "rows": int(self.y.shape[0]), "steps_per_epoch": self.sampler.steps_per_epoch,
                 "optimizer": repr(self.optimizer), "reducer": self.reducer.name, "compressor": s.compressor,
+                "error_feedback": self.error_feedback(),
                 "overlap": self.queue.threaded, "zero_stage": s.zero_stage, "buckets": self.layout.describe(),
                 "data": "replicated", "device": "cpu" if self.device is None else f"gpu {self.device}",
                 "settings": s.as_dict(), "notes": notes}

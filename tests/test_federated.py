@@ -129,6 +129,38 @@ def test_fednova_fixed_point_is_the_optimum_where_fedavg_is_biased_toward_more_l
     assert np.linalg.norm(expected["fednova"] - optimum) < 0.02
 
 
+def heavy_ball_contraction(lr, momentum, steps):
+    """c with x_tau - e = (1 - c)(x_0 - e) after ``steps`` of PyTorch's momentum SGD on (1/2)||x - e||^2 (brute
+    force on the scalar displacement; b_1 = g_1)."""
+    displacement, buffer = 1.0, 0.0
+    for step in range(steps):
+        buffer = displacement if step == 0 else momentum * buffer + displacement
+        displacement -= lr * buffer
+    return 1.0 - displacement
+
+
+def test_fednova_with_client_momentum_normalizes_by_the_momentum_coefficients_so_the_bias_vanishes_as_lr_shrinks():
+    # Wang et al. 2020, Sec. 5: momentum SGD's delta_k = -lr sum_j a_kj g_j, a_kj = (1 - rho^(tau - j + 1)) / (1 - rho)
+    rows, momentum = np.array([1, 2, 8]), 0.9
+    parts = [(np.tile(np.eye(3)[k], (rows[k], 1)), np.zeros(rows[k])) for k in range(3)]
+    p = rows / rows.sum()  # the optimum of sum_k p_k F_k
+    a_norm = np.array([sum((1 - momentum ** (tau - j + 1)) / (1 - momentum) for j in range(1, tau + 1))
+                       for tau in rows])
+    bias = {}
+    for lr, start in ((1e-2, None), (1e-3, "fixed point")):
+        contraction = np.array([heavy_ball_contraction(lr, momentum, tau) for tau in rows])  # delta_k = c_k (e_k - x)
+        fixed_point = p * contraction / a_norm / (p * contraction / a_norm).sum()
+        result = run_federated(Quadratic(3), parts, "fednova", MPI.COMM_SELF, fraction=1.0, batch_size=1, lr=lr,
+                               momentum=momentum, rounds=150 if start is None else 3,
+                               params=None if start is None else fixed_point)
+        assert np.allclose(result.params, fixed_point, rtol=0, atol=1e-9), (lr, result.params, fixed_point)
+        bias[lr] = np.linalg.norm(fixed_point - p)
+        # dividing by tau_k instead leaves the model near p a / tau / sum(p a / tau) however small lr is
+        by_steps = p * contraction / rows / (p * contraction / rows).sum()
+        assert np.linalg.norm(by_steps - p) > 0.15
+    assert bias[1e-3] < 0.01 and bias[1e-3] < bias[1e-2] / 5, bias
+
+
 def test_server_momentum_is_fedavgm_and_defaults_to_plain_fedavg():
     parts = clients()
     plain = run_federated(softmax(), parts, "fedavg", MPI.COMM_SELF, fraction=0.5, rounds=3, lr=0.05)

@@ -10,8 +10,12 @@ and the optimizer of :mod:`mpiopt.optim` (SGD; a fresh one per client and
 round, as FedAvg's clients keep no state) steps the local copy.
 
 Returns a :class:`~mpiopt.federated.strategy.ClientUpdate`: delta = w_k - w_t,
-n_k, tau_k = E ceil(n_k / B) steps, and the global model's loss on the
-client's rows.  A non-finite loss or update raises FloatingPointError (a
+n_k, tau_k = E ceil(n_k / B) steps, ||a_k||_1 and the global model's loss on
+the client's rows.  With momentum rho (PyTorch's SGD: b_j = rho b_{j-1} + g_j,
+w -= lr b_j, b_1 = g_1) delta_k = -lr sum_j a_kj g_j with
+a_kj = (1 - rho^(tau_k - j + 1)) / (1 - rho), so ||a_k||_1 = sum_{t=1..tau_k}
+(1 - rho^t) / (1 - rho) (Wang et al. 2020, FedNova, Sec. 5), accumulated step
+by step as FedNova's reference code does; tau_k without momentum.  A non-finite loss or update raises FloatingPointError (a
 diverged client is a failed client).  Cost: E passes over the client's rows.
 """
 import math
@@ -34,7 +38,7 @@ def train_client(model, X, y, global_params, strategy, *, client, round, epochs,
     loss = model.loss(global_params, X, y)
     optimizer = get_optimizer("sgd", lr=lr, momentum=momentum)
     stream = random_stream(seed, "client", round, client)
-    steps = 0
+    steps, coefficient, normalizer = 0, 0.0, 0.0
     for _ in range(epochs):
         order = stream.permutation(rows) if batch < rows else np.arange(rows)
         for start in range(0, rows, batch):
@@ -42,10 +46,13 @@ def train_client(model, X, y, global_params, strategy, *, client, round, epochs,
             _, grad = model.loss_and_grad(params, X[chosen], y[chosen])
             optimizer.step(params, strategy.local_gradient(grad, params, global_params))
             steps += 1
+            coefficient = momentum * coefficient + 1.0  # (1 - rho^t) / (1 - rho) after t steps
+            normalizer += coefficient
     delta = params - global_params
     if not (math.isfinite(loss) and np.isfinite(delta).all()):
         raise FloatingPointError(f"client {client}'s local training diverged (loss {loss}, update not finite)")
-    return ClientUpdate(client=int(client), delta=delta, weight=float(rows), steps=steps, loss=float(loss))
+    return ClientUpdate(client=int(client), delta=delta, weight=float(rows), steps=steps, loss=float(loss),
+                        normalizer=normalizer)
 
 
 def local_clients(model, clients, owned, problem=None):

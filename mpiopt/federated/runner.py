@@ -19,7 +19,7 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    (the upload never arrives: the client counts as dropped);
    an exception in training or a hook makes the client *failed*;
 3. one ``allgatherv`` of the reducer (``settings.reducer``) moves every
-   reporting client's row [k, n_k, tau_k, loss_k, delta_k] to every rank, and
+   reporting client's row [k, n_k, tau_k, ||a_k||_1, loss_k, delta_k] to every rank, and
    one small ``allgather`` the clients' fates (dropped, straggler, failed
    with its error) and the checkpoint signals;
 4. failed clients end the run with the same CollectiveError on every rank
@@ -32,7 +32,7 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
 
 Summing in client order makes the model the same bit for bit at any rank
 count (and on resume).  The price is the all-gather: each rank receives
-m (n_params + 4) floats for m reporting clients, where an all-reduce of the
+m (n_params + 5) floats for m reporting clients, where an all-reduce of the
 weighted sum would move n_params; for the m << K clients of a round this is
 small, and the bytes are in the history (``bytes_sent``: the rows the
 clients uploaded; ``bytes_received``: the model sent to the clients that
@@ -58,7 +58,7 @@ from .strategies import get_strategy
 from .strategy import ClientUpdate, Strategy
 
 FORMAT = "mpiopt-federated-checkpoint-1"
-HEAD = 4  # client, weight, steps, loss ahead of each uploaded update
+HEAD = 5  # client, weight, steps, normalizer, loss ahead of each uploaded update
 LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("failed", "6d"), ("loss", "14.6e"),
                ("test acc", "8.4f"), ("MB sent", "9.3f"), ("time(s)", "9.3f"))
 
@@ -194,7 +194,9 @@ class Federation:
             if update is None:
                 fates[client] = "dropped"
                 continue
-            rows.append(np.concatenate([[update.client, update.weight, update.steps, update.loss], update.delta]))
+            normalizer = update.steps if update.normalizer is None else update.normalizer
+            rows.append(np.concatenate([[update.client, update.weight, update.steps, normalizer, update.loss],
+                                        update.delta]))
         payload = np.concatenate(rows) if rows else np.zeros(0)
         gathered, _ = self.reducer.allgatherv(payload)
         usr1, term = signals.take()
@@ -202,7 +204,7 @@ class Federation:
         table = gathered.reshape(-1, HEAD + self.model.n_params)
         table = table[np.argsort(table[:, 0], kind="stable")]
         updates = [ClientUpdate(client=int(row[0]), delta=row[HEAD:], weight=float(row[1]), steps=int(row[2]),
-                                loss=float(row[3])) for row in table]
+                                normalizer=float(row[3]), loss=float(row[4])) for row in table]
         all_fates = {k: v for part in shared for k, v in part[0].items()}
         all_failures = sorted((f for part in shared for f in part[1]), key=lambda f: f["client"])
         return RoundReport(updates, dict(sorted(all_fates.items())), all_failures, float(gathered.nbytes),

@@ -19,14 +19,20 @@ gains mu (w - w_t)); stragglers that ran fewer epochs are still averaged.
 With mu = 0 it is FedAvg that keeps stragglers.
 
 FedNova, Wang et al., "Tackling the Objective Inconsistency Problem in
-Heterogeneous Federated Optimization", NeurIPS 2020 (plain local SGD, for
-which the paper's a_k is a vector of tau_k ones): each update is normalized
-by its step count and re-scaled by the effective step count,
+Heterogeneous Federated Optimization", NeurIPS 2020: client k's update is
+delta_k = -lr sum_j a_kj g_kj over its local steps; each update is normalized
+by ||a_k||_1 and re-scaled by the effective step count,
 
-    d_k = (w_k - w_t) / tau_k,   tau_eff = sum_k p_k tau_k,   w_{t+1} = w_t + tau_eff sum_k p_k d_k,
+    d_k = (w_k - w_t) / ||a_k||_1,   tau_eff = sum_k p_k ||a_k||_1,   w_{t+1} = w_t + tau_eff sum_k p_k d_k,
 
 so clients that took more steps no longer pull the model toward their own
-optimum.  Stragglers are kept (unequal tau_k is what FedNova is for).
+optimum.  For plain local SGD a_k is tau_k ones (||a_k||_1 = tau_k); with
+client momentum rho, a_kj = (1 - rho^(tau_k - j + 1)) / (1 - rho) and
+||a_k||_1 = sum_{t=1..tau_k} (1 - rho^t) / (1 - rho) (the paper's Sec. 5 and
+its reference code's ``local_normalizing_vec``), which each client reports
+(``ClientUpdate.normalizer``, :mod:`.client`).  Dividing by tau_k under
+momentum would leave a bias that does not vanish as lr -> 0.  Stragglers
+are kept (unequal tau_k is what FedNova is for).
 
 Cost of an aggregation: O(m n_params) for m reporting clients.
 """
@@ -77,11 +83,13 @@ class FedNova(Strategy):
     keeps_stragglers = True
 
     def aggregate_fit(self, updates):
+        """tau_eff sum_k p_k delta_k / ||a_k||_1 with tau_eff = sum_k p_k ||a_k||_1, in client order."""
         total = sum(update.weight for update in updates)
-        effective_steps = sum((update.weight / total) * update.steps for update in updates)
+        norms = [update.steps if update.normalizer is None else update.normalizer for update in updates]
+        effective_steps = sum((update.weight / total) * norm for update, norm in zip(updates, norms))
         direction = np.zeros_like(updates[0].delta)
-        for update in updates:
-            direction += (update.weight / total / update.steps) * update.delta
+        for update, norm in zip(updates, norms):
+            direction += (update.weight / total / norm) * update.delta
         return effective_steps * direction
 
 

@@ -3,8 +3,9 @@
 The shape of Flower's ``Strategy`` (``configure_fit`` / ``aggregate_fit``),
 on flat parameter vectors.  Every client k that reports in round t sends
 its update ``delta_k = w_k - w_t`` (its local model minus the global one),
-its weight ``n_k`` (rows of local data) and its number of local steps
-``tau_k``; with ``p_k = n_k / sum_j n_j`` over the reporting clients, a
+its weight ``n_k`` (rows of local data), its number of local steps
+``tau_k`` and ``||a_k||_1``, the sum of the coefficients of its local
+gradients in delta_k (tau_k for plain SGD; see FedNova); with ``p_k = n_k / sum_j n_j`` over the reporting clients, a
 strategy gives
 
 * ``configure_fit(round, n_clients, fraction, seed)``: the sampled clients,
@@ -41,6 +42,7 @@ class ClientUpdate:
     weight: float         # n_k, the client's rows
     steps: int            # tau_k, local optimizer steps taken
     loss: float           # the global model w_t's loss on the client's data (before local training)
+    normalizer: float = None  # ||a_k||_1: delta_k = -lr sum_j a_kj g_j over its steps (FedNova); None: tau_k
 
 
 class Strategy:

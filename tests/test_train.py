@@ -151,6 +151,33 @@ def test_resumed_training_takes_the_uninterrupted_steps_bit_for_bit(comm, tmp_pa
 
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("optimizer, first, second, changed", [
+    ("sgd", {"lr": 1e-3}, {"lr": 0.05}, "lr was 0.001, now 0.05"),
+    ("sgd", {"lr": 1e-3, "momentum": 0.9}, {"lr": 1e-3, "momentum": 0.5}, "momentum was 0.9, now 0.5"),
+    ("sgd", {"lr": 1e-3, "momentum": 0.9}, {"lr": 1e-3, "momentum": 0.9, "nesterov": True}, "nesterov was False, now True"),
+    ("sgd", {"lr": 1e-3}, {"lr": 1e-3, "weight_decay": 1e-4}, "weight_decay was 0.0, now 0.0001"),
+    ("adam", {"lr": 1e-3}, {"lr": 1e-3, "betas": (0.9, 0.99)}, "beta2 was 0.999, now 0.99"),
+    ("adam", {"lr": 1e-3}, {"lr": 1e-3, "eps": 1e-6}, "eps was 1e-08, now 1e-06"),
+])
+def test_resuming_with_another_optimizer_hyperparameter_is_refused(comm, tmp_path, optimizer, first, second, changed):
+    """The checkpoint's hyperparameters used to be restored over the new ones without a word (a resume at
+    lr 0.05 went on at 1e-3)."""
+    path = f"{shared_folder(comm, tmp_path)}/hyper.npz"
+    model = mlp(hidden=(8,))
+
+    def run_with(options, steps):
+        return train(model, DATA.X_train, DATA.y_train, get_optimizer(optimizer, **options), comm, epochs=1,
+                     batch_size=64, max_steps=steps, checkpoint=path)
+    assert run_with(first, 5).steps == 5
+    with pytest.raises(CollectiveError) as error:
+        run_with(second, 10)
+    assert f"optimizer {changed}" in str(error.value) and len(set(comm.allgather(str(error.value)))) == 1
+    resumed = run_with(first, 10)
+    assert resumed.info["resumed_at"] == 5 and resumed.steps == 10
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_memory_per_rank_falls_as_one_over_p(comm, stage):
     model = mlp(hidden=(48, 48, 48))

@@ -103,10 +103,15 @@ class Optimizer:
         self.steps += 1
         self.update(params, grad)
 
+    def hyperparameters(self):
+        """Every hyperparameter and flag by name (``lr``, ``momentum``, ``betas`` as ``beta1``/``beta2``, ...):
+        what a run resumed from a checkpoint must keep (trainers put them in their fingerprint)."""
+        return {name: getattr(self, name) for name in self.HYPERPARAMETERS + self.FLAGS}
+
     def state_dict(self):
         """``step``, the hyperparameters and copies of the state arrays; see the module docstring."""
         entries = {"step": self.steps}
-        entries.update({name: getattr(self, name) for name in self.HYPERPARAMETERS + self.FLAGS})
+        entries.update(self.hyperparameters())
         entries.update({name: to_host(array).copy() for name, array in self.state.items()})
         return entries
 

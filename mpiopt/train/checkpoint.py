@@ -11,8 +11,11 @@ arrays left out), the histories, the training seconds so far.
 
 The fingerprint pins down what the iterates depend on: the model, the data
 (a SHA-256 of X and y), the global batch, the seed and the order, the ZeRO
-stage and the bucket size (they fix the shards), the optimizer and the
-compressor.  ``epochs``, ``max_steps`` and ``time_limit`` are not in it, so a
+stage and the bucket size (they fix the shards), the optimizer and every one
+of its hyperparameters (``lr``, ``momentum``, ``beta1``, ``eps``, ...: a
+resume that changes one is refused, the error naming it with its old and new
+value, rather than silently keeping the checkpoint's), the compressor and its
+error feedback.  ``epochs``, ``max_steps`` and ``time_limit`` are not in it, so a
 run can be resumed to go further.  A resumed run takes exactly the steps an
 uninterrupted one would have taken from there, bit for bit.
 

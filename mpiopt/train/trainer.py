@@ -181,7 +181,9 @@ class Trainer:
                 "rows": int(self.y.shape[0]), "batch_size": s.batch_size, "seed": s.seed, "shuffle": s.shuffle,
                 "drop_last": s.drop_last, "zero_stage": s.zero_stage, "bucket_bytes": s.bucket_bytes,
                 "optimizer": self.optimizer.name, "compressor": s.compressor,
-                "compressor_options": s.compressor_options, "error_feedback": self.error_feedback()}
+                "compressor_options": s.compressor_options, "error_feedback": self.error_feedback(),
+                # every hyperparameter: a resume at another lr, momentum, ... is refused, naming it
+                **{f"optimizer {name}": value for name, value in self.optimizer.hyperparameters().items()}}
 
     def error_feedback(self):
         """Whether the reducer's compressor runs with error feedback (None without compression)."""

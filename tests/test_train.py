@@ -273,6 +273,28 @@ def test_data_that_differs_between_ranks_is_refused(comm):
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("holders", ["last rank", "every rank"])
+@pytest.mark.parametrize("where, bad", [("X_local", np.nan), ("X_local", np.inf), ("y_local", -np.inf),
+                                        ("y_local", np.nan), ("params", np.nan)])
+def test_nan_or_inf_in_the_data_is_refused_on_every_rank(comm, where, bad, holders):
+    """As the ADMM solvers refuse it: the same CollectiveError on every rank, naming the rank and the array,
+    before any step (it used to train to a NaN loss without a word)."""
+    model = get_model("linear", n_features=DATA.n_features)  # a regression: float targets
+    X, y, params = DATA.X_train.copy(), DATA.y_train.astype(np.float64), np.zeros(model.n_params)
+    holder = comm.size - 1
+    if holders == "every rank" or comm.rank == holder:
+        {"X_local": X[7], "y_local": y[7:8], "params": params[3:4]}[where][-1] = bad
+    with pytest.raises(CollectiveError) as error:
+        train(model, X, y, get_optimizer("sgd", lr=0.1), comm, params=params, max_steps=1)
+    message = str(error.value)
+    named = f"rank {holder}:" if holders == "last rank" or comm.size == 1 else f"ranks 0-{holder}:"
+    assert message.startswith(named) and f"{where}" in message and "contains NaN or inf" in message, message
+    assert len(set(comm.allgather(message))) == 1
+
+
+@pytest.mark.mpi
 @pytest.mark.timeout(60)
 def test_log_is_printed_by_rank_zero_only(comm, capsys):
     run(comm, verbose=True, log_every=4)

@@ -42,7 +42,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives import Reducer, get_reducer
-from ..core.backend import device_of, get_array_module, select_device, to_host
+from ..core.backend import device_of, finite_problem, get_array_module, select_device, to_host
 from ..core.comm import resolve_comm
 from ..core.partition import row_range
 from ..core.signals import SignalFlags
@@ -81,7 +81,8 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
     ``checkpoint``, ``device``, ...).  ``params`` is the starting point (default
     ``model.init_params(seed)``), moved to where the data are.  Returns a
     :class:`TrainResult`, the same on every rank.  Invalid settings or data
-    raise the same CollectiveError on every rank.
+    raise the same CollectiveError on every rank (NaN or inf in the features, the
+    targets or ``params`` too, on any rank).
 
     The run goes where the data are: CuPy ``X_local`` and ``y_local`` train on
     their GPU, numpy ones on the CPU; ``device="gpu"`` first moves numpy data
@@ -106,17 +107,19 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
 
 
 def _check_data(model, X, y, params):
-    """(X, y, problem): the data as arrays, and what is wrong with them or with ``params`` (or None)."""
+    """(X, y, problem): the data as arrays, and what is wrong with them or with ``params`` (or None): shapes,
+    labels, and NaN or inf anywhere (:func:`~mpiopt.core.backend.finite_problem`, as the ADMM solvers check)."""
     try:
         X = model.check_inputs(X)
         y = model.check_targets(y, X.shape[0])
         if X.shape[0] == 0:
             return X, y, "the training set has no rows"
         if params is not None:
-            model.check_params(params)
+            params = model.check_params(params)
     except ValueError as error:
         return X, y, str(error)
-    return X, y, None
+    return X, y, (finite_problem("X_local (the features)", X) or finite_problem("y_local (the targets)", y)
+                  or (finite_problem("params", params) if params is not None else None))
 
 
 def place(device, comm, X, y):

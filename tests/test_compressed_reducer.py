@@ -109,6 +109,7 @@ def test_powersgd_over_ranks_equals_powersgd_of_the_sum(comm, error_feedback):
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("mode", ["auto", "allgather"])
 def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode):
@@ -145,6 +146,7 @@ def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("compressor", ["qsgd", "qsgd4"])
 def test_a_qsgd_object_draws_independent_noise_on_every_rank(comm, compressor):

@@ -61,6 +61,7 @@ def powersgd_sgd_reference(model, X, y, lr, rank, steps, batch_size):
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("rank", [1, 2])
 def test_powersgd_in_training_compresses_each_weight_matrix_in_its_own_shape(comm, rank):

@@ -64,6 +64,20 @@ def test_bad_settings_raise_the_same_error_on_every_rank(comm):
         assert "buffer_size must be an integer >= 1" in str(caught.value)
 
 
+@pytest.mark.mpi
+@pytest.mark.many_ranks  # the client's rank changes with the rank count
+@pytest.mark.timeout(60)
+def test_nan_in_one_clients_features_is_refused_with_the_same_error_on_every_rank(comm):
+    needs_two_ranks(comm)
+    parts = [(Xk.copy(), yk) for Xk, yk in iid_clients(6)]
+    parts[4][0][2, 7] = np.nan  # client 4 lives on worker 1 + 4 % (p - 1)
+    with pytest.raises(CollectiveError) as caught:
+        run_fedbuff(softmax(), parts, comm, buffer_size=2, server_steps=1)
+    message = str(caught.value)
+    assert f"rank {1 + 4 % (comm.size - 1)}: client 4: X contains NaN or inf" in message, message
+    assert len(set(comm.allgather(message))) == 1
+
+
 # -- the server -----------------------------------------------------------------------------------------------
 @pytest.mark.mpi
 @pytest.mark.timeout(60)

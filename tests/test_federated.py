@@ -264,6 +264,40 @@ def test_bad_settings_raise_the_same_error_on_every_rank(comm):
             run_federated(softmax(), clients(), strategy, comm, **options)
 
 
+def with_non_finite(parts, client, where, value):
+    """A copy of the clients with ``value`` (NaN or inf) in one entry of client ``client``'s X or y."""
+    parts = [(Xk.copy(), yk.astype(np.float64)) for Xk, yk in parts]
+    Xk, yk = parts[client]
+    if where == "X":
+        Xk[1, 3] = value
+    else:
+        yk[0] = value
+    return parts
+
+
+@pytest.mark.mpi
+@pytest.mark.many_ranks  # the client's rank changes with the rank count
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("where, value", [("X", np.nan), ("X", -np.inf), ("y", np.inf)])
+def test_nan_or_inf_in_one_clients_data_is_refused_with_the_same_error_on_every_rank(comm, where, value):
+    # one client of 12 (on rank 5 % p), possibly never sampled, failures tolerated: refused before any round
+    model = softmax() if where == "X" else get_model("linear", n_features=64)
+    parts = with_non_finite(clients(), 5, where, value)
+    if where == "X":
+        parts = [(Xk, yk.astype(np.int64)) for Xk, yk in parts]
+    with pytest.raises(CollectiveError) as raised:
+        run_federated(model, parts, "fedavg", comm, fraction=0.25, rounds=2, tolerate_failures=True)
+    message = str(raised.value)
+    assert f"client 5: {where} contains NaN or inf" in message and f"rank {5 % comm.size}:" in message, message
+    assert len(set(comm.allgather(message))) == 1
+    with pytest.raises(CollectiveError, match="test_data: X contains NaN or inf"):
+        bad_test = (TEST[0].copy(), TEST[1])
+        bad_test[0][0, 0] = np.nan
+        run_federated(softmax(), clients(), "fedavg", comm, test_data=bad_test, rounds=1)
+    with pytest.raises(CollectiveError, match="params contains NaN or inf"):
+        run_federated(softmax(), clients(), "fedavg", comm, params=np.full(softmax().n_params, np.nan), rounds=1)
+
+
 # -- checkpoints, output --------------------------------------------------------------------------------
 @pytest.mark.mpi
 @pytest.mark.timeout(60)

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from ..core.backend import finite_problem
 from ..core.random import random_stream
 from ..optim import get_optimizer
 from .strategy import ClientUpdate
@@ -56,7 +57,11 @@ def train_client(model, X, y, global_params, strategy, *, client, round, epochs,
 
 
 def local_clients(model, clients, owned, problem=None):
-    """({k: (X_k, y_k)} of the clients ``owned`` here, checked, and the first problem (or ``problem``))."""
+    """({k: (X_k, y_k)} of the clients ``owned`` here, checked, and the first problem (or ``problem``)).
+
+    A client's features or targets with NaN or inf (or sums that overflow) are a problem, as in the ADMM
+    solvers (``core.backend.finite_problem``); the callers raise it on every rank (``check_collectively``).
+    """
     local = {}
     if problem:
         return local, problem
@@ -71,20 +76,28 @@ def local_clients(model, clients, owned, problem=None):
             return local, f"client {k}: {error}"
         if y.shape[0] == 0:
             return local, f"client {k} has no rows"
+        problem = finite_problem(f"client {k}: X", X) or finite_problem(f"client {k}: y", y)
+        if problem:
+            return local, problem
         local[k] = (X, y)
     return local, None
 
 
 def data_problem(model, test_data, params):
-    """The first problem with the test data or the starting parameters, or None."""
+    """The first problem with the test data or the starting parameters (NaN or inf included), or None."""
     if test_data is not None:
         try:
             X = model.check_inputs(test_data[0])
-            model.check_targets(test_data[1], X.shape[0])
+            y = model.check_targets(test_data[1], X.shape[0])
         except (ValueError, TypeError) as error:
             return f"test_data: {error}"
+        problem = finite_problem("test_data: X", X) or finite_problem("test_data: y", y)
+        if problem:
+            return problem
+    if params is None:
+        return None
     try:
-        params is None or model.check_params(params)
+        params = model.check_params(params)
     except (ValueError, TypeError) as error:
         return f"params: {error}"
-    return None
+    return finite_problem("params", params)

@@ -234,9 +234,14 @@ def _add_train(commands):
     group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS),
                        help="collective algorithm (default %(default)s)")
     group.add_argument("--compressor", choices=names("compressor"),
-                       help="compress the gradient buckets (default: none)")
-    group.add_argument("--ratio", type=float, help="compressor: fraction of the entries kept (e.g. topk)")
-    group.add_argument("--no-error-feedback", action="store_true", help="compressor: drop what compression loses")
+                       help="compress the gradient buckets (default: none); its options below")
+    feedback = group.add_mutually_exclusive_group()
+    feedback.add_argument("--error-feedback", dest="error_feedback", action="store_const", const=True,
+                          help="compressor: carry what compression drops into the next step (default: as the "
+                               "compressor says: on for the biased ones, off for the unbiased ones)")
+    feedback.add_argument("--no-error-feedback", dest="error_feedback", action="store_const", const=False,
+                          help="compressor: drop what compression loses")
+    flags = _add_compressor_options(train, group)
     group.add_argument("--zero-stage", type=int, default=defaults.zero_stage, choices=(0, 1, 2, 3),
                        help="0: replicated (DDP); 1: shard optimizer state; 2: and gradients; 3: and parameters "
                             "(default %(default)s)")
@@ -249,7 +254,87 @@ def _add_train(commands):
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
     group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
     group.add_argument("--quiet", action="store_true", help="no training log")
-    train.set_defaults(run=run_train, parser=train)
+    train.set_defaults(run=run_train, parser=train, compressor_flags=flags)
+
+
+# a compressor option the command line does not offer: the compressed reducer gives each rank its own worker
+RANK_OWN_COMPRESSOR_OPTIONS = ("worker",)
+
+
+def _boolean(text):
+    value = text.strip().lower()
+    if value in ("true", "yes", "on", "1", "false", "no", "off", "0"):
+        return value in ("true", "yes", "on", "1")
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _literal(text):
+    """An option value of no declared type: an integer, a number, true/false, or the text itself."""
+    for convert in (int, float, _boolean):
+        try:
+            return convert(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            pass
+    return text
+
+
+def _add_compressor_options(parser, group):
+    """A flag for every option the registered compressors declare (their ``options``), typed by the
+    constructors' defaults: ``--ratio``, ``--rank``, ``--bits``, ...; ``--compressor-NAME`` where NAME is already a
+    flag of the command.  Returns {option: flag}."""
+    import inspect
+
+    from .core.registry import lookup, names
+    owners, defaults = {}, {}
+    for compressor in names("compressor"):
+        factory = lookup("compressor", compressor)
+        parameters = inspect.signature(factory).parameters
+        for option in factory.options:
+            if option in RANK_OWN_COMPRESSOR_OPTIONS:
+                continue
+            owners.setdefault(option, []).append(compressor)
+            default = parameters[option].default if option in parameters else None
+            defaults.setdefault(option, {})[compressor] = None if default is inspect.Parameter.empty else default
+    flags = {}
+    for option, takers in owners.items():
+        flag = "--" + option.replace("_", "-")
+        if flag in parser._option_string_actions:
+            flag = "--compressor-" + option.replace("_", "-")
+        kinds = {type(value) for value in defaults[option].values() if value is not None}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        convert = {bool: _boolean, int: int, float: float, str: str}.get(kind, _literal)
+        values = {name: defaults[option][name] for name in takers if defaults[option][name] is not None}
+        shown = (str(next(iter(values.values()))).lower() if len(set(map(repr, values.values()))) == 1 else
+                 ", ".join(f"{name} {value}" for name, value in values.items()))
+        group.add_argument(flag, dest=f"compressor_option_{option}", type=convert, metavar=option.upper(),
+                           help=f"{', '.join(takers)}: {option}" + (f" (default {shown})" if shown else ""))
+        flags[option] = flag
+    return flags
+
+
+def _compressor_choice(args):
+    """(the compressor options given, a problem or None): every option must be one the chosen compressor
+    declares, and its constructor (which checks the values) must accept them."""
+    from .compression import get_compressor
+    from .core.registry import lookup
+    given = {option: getattr(args, f"compressor_option_{option}") for option in args.compressor_flags
+             if getattr(args, f"compressor_option_{option}") is not None}
+    flags = args.compressor_flags
+    if args.compressor is None:
+        feedback = {None: [], True: ["--error-feedback"], False: ["--no-error-feedback"]}[args.error_feedback]
+        named = [flags[option] for option in given] + feedback
+        return given, (f"{', '.join(named)} set{'s' if len(named) == 1 else ''} a compressor's option; choose the "
+                       "compressor with --compressor" if named else None)
+    accepted = [option for option in lookup("compressor", args.compressor).options if option in flags]
+    refused = [flags[option] for option in given if option not in accepted]
+    if refused:
+        takes = ", ".join(flags[option] for option in accepted) or "no options"
+        return given, f"compressor {args.compressor} takes {takes}; got {', '.join(refused)}"
+    try:
+        get_compressor(args.compressor, **given)  # its constructor checks the values
+    except (TypeError, ValueError) as error:
+        return given, str(error)
+    return given, None
 
 
 def _add_federated(commands):
@@ -713,6 +798,8 @@ def run_train(args, comm):
     from .train import train
     check_writable(args.output, comm)
     check_writable(args.checkpoint, comm, what="checkpoint")
+    compressor_options, problem = _compressor_choice(args)
+    check_collectively(comm, problem)  # before the data and the reducer
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
     model, problem = _built("model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
                             {"n_features": data.n_features, "n_classes": data.n_classes, "alpha": args.alpha})
@@ -722,9 +809,9 @@ def run_train(args, comm):
     check_collectively(comm, problem or optimizer_problem)
     result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
                    batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps, time_limit=args.time_limit,
-                   reducer=args.reducer, compressor=args.compressor,
-                   compressor_options={"ratio": args.ratio} if args.ratio is not None else None,
-                   error_feedback=not args.no_error_feedback, zero_stage=args.zero_stage,
+                   reducer=args.reducer, compressor=args.compressor, compressor_options=compressor_options or None,
+                   **({} if args.error_feedback is None else {"error_feedback": args.error_feedback}),
+                   zero_stage=args.zero_stage,
                    bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap, checkpoint=args.checkpoint,
                    checkpoint_every=args.checkpoint_every, log_every=args.log_every, verbose=not args.quiet,
                    blas_threads=args.blas_threads)

@@ -2,6 +2,7 @@
 import json
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
 from conftest import run_mpi
@@ -64,3 +65,44 @@ def test_cli_train_bad_options_exit_with_one_clear_message(tmp_path):
         assert completed.returncode == 2, completed.stderr
         assert completed.stderr.count(message) == 1, completed.stderr
     assert not (tmp_path / "mpiopt_train.json").exists(), "no result file after an error"
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--compressor", "topk", "--ratio", "0"], "topk: ratio must be in (0, 1], got 0.0"),
+    (["--compressor", "topk", "--ratio", "1.5"], "topk: ratio must be in (0, 1], got 1.5"),
+    (["--compressor", "powersgd", "--ratio", "0.5"],
+     "compressor powersgd takes --rank, --min-compression-rate, --warm-start, --compressor-seed; got --ratio"),
+    (["--ratio", "0.5"], "--ratio sets a compressor's option; choose the compressor with --compressor"),
+    (["--compressor", "qsgd", "--bits", "5"], "qsgd: bits must be 8 or 4, got 5"),
+])
+def test_cli_train_refuses_a_bad_compressor_option_in_one_line_before_any_work(tmp_path, arguments, message):
+    # issue 19, item 6: an 85-line traceback on every rank, a TypeError, or silence
+    completed = run_mpi(2, *TRAIN, "--quiet", *arguments, cwd=tmp_path, timeout=120)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr == f"error: ranks 0-1: {message}\n", "one line, once"
+    assert not (tmp_path / "mpiopt_train.json").exists()
+
+
+def test_cli_train_sets_every_compressor_option_it_declares(tmp_path):
+    from mpiopt.cli import build_parser
+    from mpiopt.compression import COMPRESSORS
+    usage = build_parser().parse_args(["train"]).parser.format_help()
+    for name, compressor in COMPRESSORS.items():  # the flags come from the compressors' declared options
+        for option in set(compressor.options) - {"worker"}:  # the reducer gives each rank its own worker
+            flag = "--compressor-seed" if option == "seed" else "--" + option.replace("_", "-")
+            assert flag in usage, (name, option)
+    sent = {}
+    for rank in (1, 2):
+        output = tmp_path / f"rank{rank}.json"
+        completed = run_mpi(2, *TRAIN, "--quiet", "--max-steps", "3", "--compressor", "powersgd", "--rank",
+                            str(rank), "--output", str(output), timeout=120)
+        assert completed.returncode == 0, completed.stderr
+        result = json.loads(output.read_text())
+        assert result["info"]["settings"]["compressor_options"] == {"rank": rank}
+        sent[rank] = sum(result["history"]["bytes_sent"])
+    assert sent[2] > sent[1] > 0, "rank 2 sends larger factors than rank 1"
+    output = tmp_path / "qsgd.json"
+    completed = run_mpi(2, *TRAIN, "--quiet", "--max-steps", "3", "--compressor", "qsgd", "--bits", "4",
+                        "--bucket-size", "64", "--output", str(output), timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(output.read_text())["info"]["settings"]["compressor_options"] == {"bits": 4, "bucket_size": 64}

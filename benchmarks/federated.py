@@ -159,9 +159,8 @@ def fedprox(pieces, args, say):
 
 
 def plot(path, payload):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from mpiopt.federated.result import require_plotting
+    plt = require_plotting()
     figure, axes = plt.subplots(1, 5, figsize=(22, 4))
     for axis, split in zip(axes[:2], ("iid", "pathological")):
         for row in (r for r in payload["table2"]["rows"] if r["split"] == split):
@@ -185,12 +184,21 @@ def main(argv=None):
     set_blas_threads_from_mpi()
     from mpi4py import MPI
 
+    from mpiopt.core.comm import check_collectively
     from mpiopt.core.io import check_writable
     from mpiopt.data import load_dataset
+    from mpiopt.federated.result import require_plotting
 
     args = parse_args(argv)
     comm = MPI.COMM_WORLD
     check_writable([args.output, args.plot], comm)
+    problem = None
+    if args.plot and comm.rank == 0:  # before the runs, not after them
+        try:
+            require_plotting()
+        except ImportError as error:
+            problem = f"--plot: {error}"
+    check_collectively(comm, problem)
     say = printer(comm)
     data = load_dataset("digits", comm=comm)
     pieces = Pieces(comm)

@@ -4,6 +4,8 @@ Synthetic(alpha, beta), checkpoints, and the same model at any rank count.
 MPI tests run at any rank count (the serial pass at one rank, ``mpiexec -n K python -m pytest --only-mpi``
 at K); references are closed forms, full-batch gradient descent, or a single-process run (COMM_SELF).
 """
+import importlib.util
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -332,6 +334,28 @@ def test_result_writes_json_and_csv(tmp_path):
     assert payload["history"]["test_accuracy"][0] is None and payload["history"]["test_accuracy"][1] is not None
     rows = list(csv.DictReader(open(tmp_path / "fed.csv")))
     assert [row["round"] for row in rows] == ["1", "2", "3"] and float(rows[2]["bytes_sent"]) > 0
+
+
+def test_require_plotting_says_how_to_install_matplotlib_before_any_round(monkeypatch, tmp_path):
+    import builtins
+    from mpiopt.federated.result import require_plotting
+    result = run_federated(softmax(), clients(), "fedavg", MPI.COMM_SELF, rounds=1)
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert hasattr(require_plotting(), "subplots")
+        result.plot(tmp_path / "fed.png")
+        assert (tmp_path / "fed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.split(".")[0] == "matplotlib":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    with pytest.raises(ImportError, match=r"plotting needs matplotlib \(pip install matplotlib\)"):
+        require_plotting()
+    with pytest.raises(ImportError, match=r"pip install matplotlib"):
+        result.plot(tmp_path / "other.png")
 
 
 # -- data -----------------------------------------------------------------------------------------------

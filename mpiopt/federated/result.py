@@ -6,6 +6,21 @@ import io
 from ..core.io import write_atomic
 from ..core.result import Result
 
+def require_plotting():
+    """matplotlib's pyplot on the Agg backend, or an ImportError that says how to install it.
+
+    Call it before the first round where a plot is asked for (``mpiopt federated --plot``), so that a
+    missing matplotlib stops the run at once, not after every round has run.
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise ImportError(f"plotting needs matplotlib (pip install matplotlib): {error}") from None
+    return plt
+
+
 SCALAR_COLUMNS = ("round", "sampled", "participants", "dropped", "stragglers", "failed", "loss", "test_loss",
                   "test_accuracy", "bytes_sent", "bytes_received", "epsilon", "time")
 
@@ -37,13 +52,9 @@ class FederatedResult(Result):
         write_atomic(path, buffer.getvalue())
 
     def plot(self, path):
-        """Training loss, test accuracy and participants per round in one figure (needs matplotlib)."""
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError as error:
-            raise ImportError(f"plotting needs matplotlib (pip install matplotlib): {error}") from None
+        """Training loss, test accuracy and participants per round in one figure (needs matplotlib:
+        :func:`require_plotting`)."""
+        plt = require_plotting()
         h = self.history
         figure, axes = plt.subplots(1, 3, figsize=(12, 3.5))
         for axis, column, title in zip(axes, ("loss", "test_accuracy", "participants"),

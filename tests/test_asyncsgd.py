@@ -7,6 +7,7 @@ runtime is tested in tests/test_asyncsgd_mpi.py.
 """
 import json
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from mpi4py import MPI
 from mpiopt.asyncsgd import (ALL, EventQueue, FixedTaus, TauModel, async_sgd, default_batch, default_step_size,
                              get_problem, get_tau_model, methods, predicted_times)
 from mpiopt.asyncsgd.problems import Quadratic, WorstCase
+from mpiopt.asyncsgd.simulator import ZERO, add_time
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
 
@@ -219,25 +221,31 @@ def test_delay_adaptive_asgd_steps_by_min_gamma_and_one_over_2_L_delay():
     assert not np.allclose(plain.x, result.x)
 
 
-def reference_run(taus, method, n_gradients, threshold=None, stop_computations=False, batch=None, restart=True):
-    """An event simulation written from the methods' rules: fixed times, ties to the lower worker.
+def reference_run(taus, method, n_gradients=math.inf, threshold=None, stop_computations=False, batch=None,
+                  restart=True, max_time=None):
+    """An event simulation written from the methods' rules and the documented timing (fixed times).
 
-    Returns the trace [(time, worker, k_at, accepted)] and the per-worker counts."""
+    Each finishing time is kept exactly (a Fraction: the start, itself exact, plus the worker's time); events
+    are served in the order of (that time rounded to a float, worker), and one whose rounded time is at most
+    ``max_time`` counts.  Returns the trace [(time, worker, k_at, accepted)] and the per-worker counts."""
     n = len(taus)
-    now, k, collected = 0.0, 0, 0
-    jobs = [None] * n  # (finish time, step it computes at) or None
+    exact_taus = [Fraction(float(t)) for t in taus]
+    now, k, collected = Fraction(0), 0, 0
+    jobs = [None] * n  # (exact finish time, step it computes at) or None
     counts = {name: [0] * n for name in ("computed", "accepted", "discarded", "cancelled")}
 
     def start(w):
         if jobs[w] is not None:
             counts["cancelled"][w] += 1
-        jobs[w] = (now + taus[w], k)
+        jobs[w] = (now + exact_taus[w], k)
 
     for w in range(n):
         start(w)
     trace = []
     while len(trace) < n_gradients:
-        worker = min((jobs[w][0], w) for w in range(n) if jobs[w] is not None)[1]
+        time, worker = min((float(jobs[w][0]), w) for w in range(n) if jobs[w] is not None)
+        if max_time is not None and time > max_time:
+            break
         now, k_at = jobs[worker]
         jobs[worker] = None
         counts["computed"][worker] += 1
@@ -269,7 +277,7 @@ def reference_run(taus, method, n_gradients, threshold=None, stop_computations=F
             for w in range(n):  # a computation whose delay has reached R is stopped and restarted
                 if jobs[w] is not None and k - jobs[w][1] >= threshold:
                     start(w)
-        trace.append((now, worker, k_at, accepted))
+        trace.append((time, worker, k_at, accepted))
     return trace, counts
 
 
@@ -294,6 +302,69 @@ def test_stale_gradients_are_discarded_and_computations_cancelled_as_the_rules_s
     assert result.gradients == n_gradients and result.time == trace[-1][0]
     assert result.steps == sum(counts["accepted"]) // (extra.get("batch", 1) if method == "rennala" else
                                                         len(taus) if method == "minibatch" else 1)
+
+
+@pytest.mark.parametrize("method, extra", STALENESS_CASES)
+@pytest.mark.parametrize("taus, max_time", [((1.0, 2.0, 3.0, 4.0), 12.0), ((1.0, 2.0, 4.0, 4.0), 8.0),
+                                            ((0.5, 1.5, 0.75), 4.5), ((2.0, 3.0), 6.0), ((1.0, 2.0, 4.0, 4.0), 7.0)])
+def test_an_event_at_exactly_max_time_counts_for_every_worker(taus, max_time, method, extra):
+    result = run(method=method, n_workers=len(taus), tau=list(taus), step_size=0.01, max_steps=None,
+                 max_time=max_time, stop_at_epsilon=False, trace=True, **extra)
+    trace, counts = reference_run(list(taus), method, max_time=max_time, **extra)
+    assert [tuple(event) for event in result.info["trace"]] == trace
+    assert result.info["workers"] == counts
+    assert result.status == "max_time" and result.time == max_time
+
+
+def test_the_issues_max_time_cases():
+    asgd = run(method="asgd", n_workers=4, tau=[1.0, 2.0, 3.0, 4.0], max_time=12, max_steps=None,
+               stop_at_epsilon=False, step_size=0.01)
+    assert asgd.info["workers"]["computed"] == [12, 6, 4, 3]
+    for max_time in (8, 8.000001):
+        minibatch = run(method="minibatch", n_workers=4, tau=[1.0, 2.0, 4.0, 4.0], max_time=max_time,
+                        max_steps=None, stop_at_epsilon=False, step_size=0.01)
+        assert minibatch.steps == 2 and minibatch.status == "max_time" and minibatch.time == max_time
+
+
+# Times whose exact sums are equal but whose repeated float sums are not (10 x 0.1 and 5 x 0.2 are both
+# 1.0000000000000000555), and times that differ by an ulp but become equal after a restart at a later time
+# (8 + 3.0000000000000004 rounds to 11.0): both are ties, served by the lower worker.
+TIE_CASES = [((0.2, 0.1), "asgd", {}), ((0.3, 0.1, 0.2), "asgd", {}),
+             ((3.0000000000000004, 3.0, 8.0), "minibatch", {}),
+             ((3.0000000000000004, 3.0), "rennala", {"batch": 2, "restart": True}),
+             ((3.0000000000000004, 3.0, 8.0), "rennala", {"batch": 3, "restart": True}),
+             ((0.30000000000000004, 0.1, 0.7), "ringmaster", {"threshold": 3}),
+             ((0.30000000000000004, 0.1, 0.7), "ringmaster", {"threshold": 4, "stop_computations": True})]
+
+
+@pytest.mark.parametrize("taus, method, extra", TIE_CASES)
+def test_ties_go_to_the_lower_worker_whatever_sums_and_restarts_led_to_them(taus, method, extra):
+    result = run(method=method, n_workers=len(taus), tau=list(taus), step_size=0.01, max_steps=None,
+                 max_gradients=60, stop_at_epsilon=False, trace=True, **extra)
+    trace, counts = reference_run(list(taus), method, 60, **extra)
+    assert [tuple(event) for event in result.info["trace"]] == trace
+    assert result.info["workers"] == counts
+    times = [event[0] for event in trace]
+    assert len(set(times)) < len(times)  # the case has ties
+
+
+def test_ties_after_a_restart_of_every_worker():
+    """8 + 3.0000000000000004 and 8 + 3.0 are both 11.0: the lower worker first, not the faster one."""
+    result = run(method="minibatch", n_workers=3, tau=[3.0000000000000004, 3.0, 8.0], max_steps=2,
+                 stop_at_epsilon=False, trace=True, step_size=0.01)
+    assert [tuple(event[:2]) for event in result.info["trace"]] == [
+        (3.0, 1), (3.0000000000000004, 0), (8.0, 2), (11.0, 0), (11.0, 1), (16.0, 2)]
+
+
+def test_equal_exact_times_are_equal_in_the_simulator():
+    """Worker 1 (0.1) finishes its 10th gradient when worker 0 (0.2) finishes its 5th: the same time, 1.0."""
+    result = run(method="asgd", n_workers=2, tau=[0.2, 0.1], max_gradients=15, max_steps=None,
+                 stop_at_epsilon=False, trace=True, step_size=0.01)
+    arrivals = [tuple(event[:2]) for event in result.info["trace"]]
+    assert arrivals[-2:] == [(1.0, 0), (1.0, 1)]
+    at_one = run(method="asgd", n_workers=2, tau=[0.2, 0.1], max_time=1.0, max_steps=None, stop_at_epsilon=False,
+                 step_size=0.01)
+    assert at_one.info["workers"]["computed"] == [5, 10]
 
 
 def test_the_reference_cases_exercise_discards_and_cancellations():
@@ -328,25 +399,30 @@ def test_ringmaster_with_stops_keeps_every_delay_below_the_threshold():
 
 
 def reference_random_rennala(n, batch, n_gradients, seed, tau_model):
-    """Rennala with restarts and random times: the simulator's documented tau stream, drawn in event order."""
+    """Rennala with restarts and random times: the simulator's documented tau stream, drawn in event order,
+    and its documented timing (exact sums, served by (time rounded to a float, worker))."""
     rng = random_stream(seed, "asyncsgd-tau")
     numbers = np.arange(1, n + 1)
-    now, k, collected = 0.0, 0, 0
-    finish = list(0.0 + tau_model.draw(numbers, rng))
+    k, collected = 0, 0
+
+    def exact(start, taus):  # (rounded, exact) finishing times
+        return [(float(start + Fraction(float(t))), start + Fraction(float(t))) for t in taus]
+
+    finish = exact(Fraction(0), tau_model.draw(numbers, rng))
     started = [0] * n
     trace = []
     while len(trace) < n_gradients:
-        worker = min((finish[w], w) for w in range(n) if finish[w] is not None)[1]
-        now, k_at = finish[worker], started[worker]
+        time, worker = min((finish[w][0], w) for w in range(n) if finish[w] is not None)
+        now, k_at = finish[worker][1], started[worker]
         finish[worker] = None
         collected += 1
-        trace.append((now, worker, k_at, True))
+        trace.append((time, worker, k_at, True))
         if collected == batch:
             k, collected = k + 1, 0
-            finish = list(now + tau_model.draw(numbers, rng))
+            finish = exact(now, tau_model.draw(numbers, rng))
             started = [k] * n
         else:
-            finish[worker] = now + float(tau_model.draw(numbers[worker:worker + 1], rng)[0])
+            finish[worker] = exact(now, tau_model.draw(numbers[worker:worker + 1], rng))[0]
             started[worker] = k
     return trace
 
@@ -361,35 +437,60 @@ def test_random_times_with_many_workers_follow_the_event_order(n, batch):
 
 
 # -- the event queue and the simulator ---------------------------------------------------------------------
+def popped(queue):
+    (hi, _), worker = queue.pop()
+    return hi, worker
+
+
 def test_event_queue_orders_by_time_then_worker_and_skips_cancelled_jobs():
     queue = EventQueue(4)
     assert queue.peek() is None
-    assert queue.start(2, 1.0) is False
-    assert queue.start(0, 3.0) is False
-    assert queue.start(1, 1.0) is False
-    assert queue.start(3, 0.5) is False
-    assert queue.start(3, 2.0) is True  # restarted: its job at 0.5 is cancelled
+    assert queue.start(2, ZERO, 1.0) is False
+    assert queue.start(0, ZERO, 3.0) is False
+    assert queue.start(1, ZERO, 1.0) is False
+    assert queue.start(3, ZERO, 0.5) is False
+    assert queue.start(3, ZERO, 2.0) is True  # restarted: its job at 0.5 is cancelled
     assert queue.pending(3) and queue.peek() == (1.0, 1)
-    assert queue.pop() == (1.0, 1) and not queue.pending(1)
-    assert queue.pop() == (1.0, 2)
-    assert queue.start(0, 1.5) is True
-    assert [queue.pop(), queue.pop()] == [(1.5, 0), (2.0, 3)]
+    assert popped(queue) == (1.0, 1) and not queue.pending(1)
+    assert popped(queue) == (1.0, 2)
+    assert queue.start(0, (1.0, 0.0), 0.5) is True
+    assert [popped(queue), popped(queue)] == [(1.5, 0), (2.0, 3)]
     assert queue.peek() is None and not any(queue.pending(w) for w in range(4))
 
 
 def test_event_queue_bulk_restarts_with_fixed_order_mix_with_single_restarts():
     means = np.array([2.0, 1.0, 2.0, 1.0, 3.0])
-    queue = EventQueue(5, np.argsort(means, kind="stable"))
-    assert queue.start_all(10.0 + means) == 0
-    assert queue.pop() == (11.0, 1)
-    assert queue.start(1, 12.0) is False   # ties with the bulk's workers 0 and 2: the lower number first
-    assert queue.start(4, 11.0) is True    # cancels its bulk entry at 13
-    assert [queue.pop() for _ in range(5)] == [(11.0, 3), (11.0, 4), (12.0, 0), (12.0, 1), (12.0, 2)]
+    queue = EventQueue(5, means)
+    assert queue.start_all((10.0, 0.0)) == 0
+    assert popped(queue) == (11.0, 1)
+    assert queue.start(1, (11.0, 0.0), 1.0) is False   # ties with the bulk's workers 0 and 2: the lower number first
+    assert queue.start(4, (10.0, 0.0), 1.0) is True    # cancels its bulk entry at 13
+    assert [popped(queue) for _ in range(5)] == [(11.0, 3), (11.0, 4), (12.0, 0), (12.0, 1), (12.0, 2)]
     assert queue.peek() is None
-    assert queue.start_all(20.0 + means) == 0
-    queue.start(0, 21.0)
-    assert queue.start_all(30.0 + means) == 5  # every worker was busy
-    assert [queue.pop()[0] for _ in range(5)] == [31.0, 31.0, 32.0, 32.0, 33.0]
+    assert queue.start_all((20.0, 0.0)) == 0
+    queue.start(0, (20.0, 0.0), 1.0)
+    assert queue.start_all((30.0, 0.0)) == 5  # every worker was busy
+    assert [popped(queue)[0] for _ in range(5)] == [31.0, 31.0, 32.0, 32.0, 33.0]
+
+
+def exact_order(start, taus):
+    """(float nearest start + tau, worker) in order, from exact fractions; ``start`` is (hi, lo)."""
+    begin = Fraction(start[0]) + Fraction(start[1])
+    return sorted((float(begin + Fraction(float(t))), w) for w, t in enumerate(taus))
+
+
+@pytest.mark.parametrize("start", [ZERO, (1.0, 0.0), (1e3, 0.0), (2.0 ** 40 + 0.5, 0.0),
+                                   add_time(add_time((1e3, 0.0), 0.1), 1e-14)])
+def test_event_queue_bulk_of_fixed_times_that_round_together_goes_by_worker(start):
+    """Times an ulp apart (and equal ones) become equal at a late start: every chunk is in (time, worker)
+    order, with ties across the chunks' edges."""
+    rng = np.random.default_rng(7)
+    base = np.array([1.0, 3.0, 3.0000000000000004, 2.9999999999999996, 5.000000000000001, 5.0])
+    taus = rng.permutation(np.concatenate([np.repeat(base, 40), rng.uniform(1, 6, 100)]))
+    queue = EventQueue(taus.size, taus)
+    queue.start_all(start)
+    assert [popped(queue) for _ in range(taus.size)] == exact_order(start, taus)
+    assert queue.peek() is None
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -398,27 +499,36 @@ def test_event_queue_bulk_of_random_times_pops_in_time_order(seed):
     n = 300
     times = rng.exponential(size=n)
     queue = EventQueue(n)
-    queue.start_all(times.copy())
+    queue.start_all(ZERO, times.copy())
     cancelled = set(rng.choice(n, 40, replace=False).tolist())
     for w in sorted(cancelled):
-        queue.start(w, 0.5 + w / 1000)
+        queue.start(w, ZERO, 0.5 + w / 1000)
     expected = sorted([(float(times[w]), w) for w in range(n) if w not in cancelled] +
                       [(0.5 + w / 1000, w) for w in cancelled])
-    assert [queue.pop() for _ in range(n)] == expected
+    assert [popped(queue) for _ in range(n)] == expected
     assert queue.peek() is None
-
-
-EVENT_QUEUE_TIES_BUG = ("EventQueue._refill takes the CHUNK smallest random times with argpartition, which splits "
-                        "workers of equal times across chunks arbitrarily, so such ties do not go to the "
-                        "lower-numbered worker")
-
 
 
 def test_event_queue_bulk_of_random_times_breaks_ties_by_worker_across_chunks():
     times = np.tile([1.0, 2.0], 100)
     queue = EventQueue(times.size)
-    queue.start_all(times.copy())
-    assert [queue.pop() for _ in range(times.size)] == sorted((float(t), w) for w, t in enumerate(times))
+    queue.start_all((7.0, 0.0), times.copy())
+    assert [popped(queue) for _ in range(times.size)] == sorted((7.0 + t, w) for w, t in enumerate(times))
+
+
+def test_times_are_the_exact_sums_rounded_once():
+    """Chains of additions against fractions: the simulator's time is the float nearest the exact sum."""
+    rng = np.random.default_rng(3)
+    for taus in (rng.uniform(0, 1, 3000), np.sqrt(np.arange(1, 3001)), np.full(3000, 0.1), rng.exponential(size=3000)):
+        at, exact = ZERO, Fraction(0)
+        for tau in taus:
+            at, exact = add_time(at, float(tau)), exact + Fraction(float(tau))
+            assert at[0] == float(exact) and Fraction(at[0]) + Fraction(at[1]) == exact
+    assert sum([0.1] * 10) == 0.9999999999999999  # repeated float sums drift; the exact sum rounds to 1.0
+    at = ZERO
+    for _ in range(10):
+        at = add_time(at, 0.1)
+    assert at[0] == 1.0 == add_time(add_time(add_time(add_time(add_time(ZERO, 0.2), 0.2), 0.2), 0.2), 0.2)[0]
 
 
 class WholeExponentialTimes(TauModel):

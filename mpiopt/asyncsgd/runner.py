@@ -83,7 +83,7 @@ class Recorder:
             reason = "max_steps"
         elif s.max_gradients is not None and gradients >= s.max_gradients:
             reason = "max_gradients"
-        elif s.max_time is not None and time >= s.max_time:
+        elif s.max_time is not None and time > s.max_time:  # an event at max_time counts
             reason = "max_time"
         self.status = reason
         return reason

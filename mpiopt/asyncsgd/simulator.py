@@ -7,13 +7,27 @@ hands it to the method, advances the clock and starts whoever the method
 assigns.  Time is virtual, in compute-time units, and communication is free,
 as in the time model of the papers.
 
-Events: a heap of (time, worker, job) with lazy cancellation: a worker's job
+Time: a worker's finishing time is the exact sum of the compute times that led
+to it (its start, itself exact, plus its own time), kept as a pair of floats
+(hi, lo) with hi the float nearest the exact sum (double-double addition,
+exact while a time spans fewer than about 100 bits from the finest bit of the
+times added, so in practice always).  Events are served in the order of
+(hi, worker): equal times go to the lower-numbered worker, also when they
+became equal only by rounding (8 + 3.0000000000000004 and 8 + 3.0 are both
+11.0), and exactly equal sums are equal however they were reached (ten
+gradients of 0.1 end when five of 0.2 do).  An event whose time hi is at most
+``max_time`` counts, for every worker alike; the first one after it ends the
+run at ``max_time``.
+
+Events: a heap of (hi, worker, job) with lazy cancellation: a worker's job
 number grows whenever it is (re)started, so an entry of an older job is
-skipped when it comes up.  Ties go to the lower-numbered worker.  When every
-worker restarts at once (a synchronous step, Rennala's restart) the simulator
-does not push n entries: it keeps the new finishing times as one array
-consumed in sorted order (fixed times: the workers' order is fixed, so this
-is O(1); random times: a partial sort of the next few, O(n) vectorized).
+skipped when it comes up.  When every worker restarts at once (a synchronous
+step, Rennala's restart) the simulator does not push n entries: it keeps the
+start and the workers' times as one bulk consumed in order, a chunk at a time
+(fixed times: the workers sorted by time once, each chunk's finishing times
+computed when it is reached, so a restart costs O(chunk); random times: a
+partial sort of the next few, O(n) vectorized); a chunk always holds every
+worker tied with its last one, sorted by (hi, worker).
 
 Random streams: worker w's gradient noise is ``random_stream(seed,
 "asyncsgd-gradient", w)``, drawn only when a gradient is completed (a
@@ -23,7 +37,6 @@ workers draw from their own streams, so random times agree in distribution,
 fixed ones exactly).
 """
 import heapq
-import math
 
 import numpy as np
 
@@ -31,48 +44,123 @@ from ..core.random import random_stream
 from .base import ALL
 
 ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sort
-CHUNK = 64  # the bulk's next finishing times sorted at a time (random compute times)
+CHUNK = 64  # the bulk's next finishing times sorted at a time
+ZERO = (0.0, 0.0)
+
+
+def add_time(start, tau):
+    """The exact ``start + tau`` as (hi, lo): ``start`` a pair (hi, lo), ``tau`` a float or an array of them.
+
+    Knuth's TwoSum of hi + tau (its rounding error is exact), then lo added to that error (exact while the
+    sum's bits span under about 106), renormalized so that hi is the float nearest the sum."""
+    hi, lo = start
+    total = hi + tau
+    back = total - hi
+    error = (hi - (total - back)) + (tau - back) + lo
+    rounded = total + error
+    return rounded, error - (rounded - total)
+
+
+def time_of(start, tau):
+    """The float nearest the exact ``start + tau`` (the hi of :func:`add_time`); vectorized over ``tau``."""
+    hi, lo = start
+    if lo == 0:
+        return hi + tau  # one rounding of the exact sum
+    if np.ndim(tau) == 0:
+        return add_time(start, tau)[0]
+    total = hi + tau                      # add_time's steps, in place on two arrays
+    back = total - hi
+    error = np.subtract(hi, total - back)
+    error += np.subtract(tau, back, out=back)
+    error += lo
+    total += error
+    return total
 
 
 class EventQueue:
-    """Finishing times of the workers' current jobs: a heap plus one bulk of simultaneous restarts."""
+    """Finishing times of the workers' current jobs: a heap plus one bulk of simultaneous restarts.
 
-    def __init__(self, n_workers, fixed_order=None):
+    ``fixed_taus``: every worker's fixed compute time (the bulk then uses them, sorted once), or None."""
+
+    def __init__(self, n_workers, fixed_taus=None):
         self.job = np.zeros(n_workers, dtype=np.int64)
         self.busy = np.zeros(n_workers, dtype=bool)
+        self.low = np.zeros(n_workers)          # lo of each worker's finishing time on the heap
         self.heap = []
-        self.fixed_order = fixed_order      # argsort of fixed compute times, or None
-        self.bulk_times = self.bulk_jobs = None
-        self.bulk_order, self.bulk_next, self.bulk_rest = None, 0, None
+        self.fixed_taus = None if fixed_taus is None else np.asarray(fixed_taus, dtype=np.float64)
+        if self.fixed_taus is not None:
+            self.by_time = np.lexsort((np.arange(n_workers), self.fixed_taus))   # (time, worker) order
+            sorted_taus = self.fixed_taus[self.by_time]
+            ends = np.append(np.flatnonzero(np.diff(sorted_taus)) + 1, n_workers)
+            self.sorted_taus = sorted_taus
+            self.run_end = ends[np.searchsorted(ends, np.arange(n_workers), side="right")]  # end of equal times
+        self.bulk_start, self.bulk_fixed = None, False
+        self.bulk_taus = self.bulk_jobs = self.bulk_times = None
+        self.bulk_order, self.bulk_hi, self.bulk_next, self.bulk_rest = None, None, 0, None
 
-    def start(self, worker, finish):
-        """(Re)start one worker; returns True when it was busy (its job is cancelled)."""
+    def start(self, worker, at, tau):
+        """(Re)start one worker at time ``at`` (hi, lo) for ``tau``; returns True when it was busy (its job
+        is cancelled)."""
         busy = bool(self.busy[worker])
         self.busy[worker] = True
         self.job[worker] += 1
-        heapq.heappush(self.heap, (finish, worker, int(self.job[worker])))
+        hi, self.low[worker] = add_time(at, tau)
+        heapq.heappush(self.heap, (hi, worker, int(self.job[worker])))
         return busy
 
-    def start_all(self, finishes):
-        """Restart every worker, finishing at ``finishes``; returns how many were busy."""
+    def start_all(self, at, taus=None):
+        """Restart every worker at time ``at`` (hi, lo), for ``taus`` (None: the fixed times); returns how
+        many were busy."""
         busy = int(np.count_nonzero(self.busy))
         self.busy[:] = True
         self.job += 1
         self.heap = []
-        self.bulk_times, self.bulk_jobs = finishes, self.job.copy()
-        if self.fixed_order is not None:
-            self.bulk_order, self.bulk_rest = self.fixed_order, None
+        self.bulk_start, self.bulk_jobs = at, self.job.copy()
+        self.bulk_fixed = taus is None
+        self.bulk_taus = self.fixed_taus if taus is None else np.asarray(taus, dtype=np.float64)
+        self.bulk_order, self.bulk_hi, self.bulk_next = np.empty(0, dtype=np.int64), np.empty(0), 0
+        if taus is None:
+            self.bulk_rest = 0  # the next position in the workers sorted by time
         else:
-            self.bulk_order, self.bulk_rest = np.empty(0, dtype=np.int64), ALL_WORKERS
-        self.bulk_next = 0
+            self.bulk_times, self.bulk_rest = time_of(at, self.bulk_taus), ALL_WORKERS
         return busy
 
     def _refill(self):
+        """The next chunk of the bulk in (time, worker) order; False when the bulk is used up."""
+        chosen = self._next_fixed() if self.bulk_fixed else self._next_random()
+        if chosen is None:
+            return False
+        self.bulk_order, self.bulk_hi = chosen
+        self.bulk_next = 0
+        return True
+
+    def _next_fixed(self):
+        # the sorted times give non-decreasing finishing times; a chunk takes every worker tied with its last
+        first, n = self.bulk_rest, self.sorted_taus.size
+        if first >= n:
+            return None
+        end = int(self.run_end[min(first + CHUNK, n) - 1])
+        times = time_of(self.bulk_start, self.sorted_taus[first:end])
+        while end < n and time_of(self.bulk_start, float(self.sorted_taus[end])) == times[-1]:
+            more = int(self.run_end[end])
+            times = np.concatenate([times, time_of(self.bulk_start, self.sorted_taus[end:more])])
+            end = more
+        self.bulk_rest = end
+        workers = self.by_time[first:end]
+        if self.run_end[first] == end:
+            return workers, times  # one run of equal times: already in worker order
+        tied = times[1:] == times[:-1]  # the times are sorted; only ties can be out of worker order
+        if not tied.any() or np.all(workers[1:][tied] > workers[:-1][tied]):
+            return workers, times
+        order = np.lexsort((workers, times))
+        return workers[order], times[order]
+
+    def _next_random(self):
         rest = self.bulk_rest
         if rest is ALL_WORKERS:
             rest, times = np.arange(self.bulk_times.size), self.bulk_times
         elif rest is None or rest.size == 0:
-            return False
+            return None
         else:
             times = self.bulk_times[rest]
         if rest.size > CHUNK:
@@ -82,21 +170,20 @@ class EventQueue:
             chosen, self.bulk_rest = rest[first], rest[~first]
         else:
             chosen, self.bulk_rest = rest, None
-        self.bulk_order = chosen[np.lexsort((chosen, self.bulk_times[chosen]))]
-        self.bulk_next = 0
-        return True
+        chosen = chosen[np.lexsort((chosen, self.bulk_times[chosen]))]
+        return chosen, self.bulk_times[chosen]
 
     def _bulk_head(self):
-        """(time, worker) of the bulk's earliest valid entry, or None."""
+        """(hi, worker) of the bulk's earliest valid entry, or None."""
         while True:
-            if self.bulk_times is None:
+            if self.bulk_start is None:
                 return None
             if self.bulk_next >= len(self.bulk_order) and not self._refill():
-                self.bulk_times = None
+                self.bulk_start = None
                 return None
             worker = int(self.bulk_order[self.bulk_next])
             if self.job[worker] == self.bulk_jobs[worker]:
-                return float(self.bulk_times[worker]), worker
+                return float(self.bulk_hi[self.bulk_next]), worker
             self.bulk_next += 1
 
     def _heap_head(self):
@@ -106,7 +193,7 @@ class EventQueue:
         return (heap[0][0], heap[0][1]) if heap else None
 
     def peek(self):
-        """(time, worker) of the next event, or None when no worker is busy."""
+        """(hi, worker) of the next event, or None when no worker is busy."""
         bulk, heap = self._bulk_head(), self._heap_head()
         if bulk is None:
             return heap
@@ -115,16 +202,18 @@ class EventQueue:
         return min(bulk, heap)
 
     def pop(self):
-        """Remove and return the next event's (time, worker); the worker is then idle."""
-        event = self.peek()
+        """Remove the next event; returns its exact time (hi, lo) and its worker, who is then idle."""
+        hi, worker = self.peek()
         bulk = self._bulk_head()
-        if bulk is not None and bulk == event:
+        if bulk is not None and bulk == (hi, worker):
             self.bulk_next += 1
+            at = add_time(self.bulk_start, float(self.bulk_taus[worker]))
         else:
             heapq.heappop(self.heap)
-        self.job[event[1]] += 1  # its finished job is no longer pending anywhere
-        self.busy[event[1]] = False
-        return event
+            at = (hi, float(self.low[worker]))
+        self.job[worker] += 1  # its finished job is no longer pending anywhere
+        self.busy[worker] = False
+        return at, worker
 
     def pending(self, worker):
         return bool(self.busy[worker])
@@ -139,7 +228,7 @@ def simulate(problem, method, tau_model, settings, recorder):
     numbers = np.arange(1, n + 1)
     fixed = tau_model.fixed
     means = tau_model.mean(numbers) if fixed else None
-    queue = EventQueue(n, np.argsort(means, kind="stable") if fixed else None)
+    queue = EventQueue(n, means)
     tau_rng = None if fixed else random_stream(seed, "asyncsgd-tau")
     draw_all = tau_model.sampler(numbers)
     noise = [random_stream(seed, "asyncsgd-gradient", w) for w in range(n)]
@@ -148,29 +237,29 @@ def simulate(problem, method, tau_model, settings, recorder):
     common = [None, 0]
     own = {}
     computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    now, gradients = 0.0, 0
+    now, gradients = ZERO, 0
 
     def assign(plan):
         if plan is ALL:
             cancelled[queue.busy] += 1
-            queue.start_all(now + draw_all(tau_rng))
+            queue.start_all(now, None if fixed else draw_all(tau_rng))
             common[0], common[1] = method.x, method.k
             own.clear()
             return
         for worker in plan:
             tau = means[worker] if fixed else float(tau_model.draw(numbers[worker:worker + 1], tau_rng)[0])
-            if queue.start(worker, now + tau):
+            if queue.start(worker, now, float(tau)):
                 cancelled[worker] += 1
             own[worker] = (method.x, method.k)
 
     assign(method.start())
-    recorder.evaluate(now, gradients, force=True)
-    while not recorder.stop(now, gradients):
+    recorder.evaluate(now[0], gradients, force=True)
+    while not recorder.stop(now[0], gradients):
         event = queue.peek()
         if event is None:
             raise RuntimeError(f"{method.name}: no worker is computing and the method assigned none")
         if settings.max_time is not None and event[0] > settings.max_time:
-            now = float(settings.max_time)
+            now = (float(settings.max_time), 0.0)
             recorder.status = "max_time"
             break
         now, worker = queue.pop()
@@ -180,7 +269,7 @@ def simulate(problem, method, tau_model, settings, recorder):
         gradients += 1
         accepted_before = int(method.accepted[worker])
         assign(method.arrive(worker, grad, k_at))
-        recorder.arrival(now, worker, k_at, method.accepted[worker] > accepted_before)
-        recorder.evaluate(now, gradients)
-    recorder.evaluate(now, gradients, force=True)
-    return now, gradients, computed, cancelled
+        recorder.arrival(now[0], worker, k_at, method.accepted[worker] > accepted_before)
+        recorder.evaluate(now[0], gradients)
+    recorder.evaluate(now[0], gradients, force=True)
+    return now[0], gradients, computed, cancelled

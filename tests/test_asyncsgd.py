@@ -847,6 +847,25 @@ def test_a_failing_setup_in_the_simulator_is_a_collective_error():
         async_sgd(NoL(), comm=SELF, method="asgd", delay_adaptive=True, step_size=0.1, max_steps=3)
 
 
+@pytest.mark.parametrize("problem", ["logistic", "mlp"])
+def test_a_data_set_with_nan_is_refused_before_its_problem_is_estimated(problem):
+    """The data problems estimate L, f* and sigma^2 from their data: NaN is refused first, by name."""
+    from mpiopt.core.registry import register, unregister
+
+    def with_nan():
+        X, y = np.random.default_rng(0).standard_normal((40, 4)), np.arange(40) % 2
+        X[3, 2] = np.nan
+        return X, y
+
+    register("dataset", "with-nan", with_nan)
+    try:
+        with pytest.raises(CollectiveError) as raised:
+            run(problem, problem_options={"dataset": "with-nan"}, method="asgd", max_steps=3)
+    finally:
+        unregister("dataset", "with-nan")
+    assert raised.value.problems == {0: "cannot set up the problem: X (features) contains NaN or inf"}
+
+
 def test_every_registered_method_runs_with_its_defaults():
     assert set(methods()) >= {"minibatch", "asgd", "rennala", "ringmaster"}
     for method in ("minibatch", "asgd", "rennala", "ringmaster"):

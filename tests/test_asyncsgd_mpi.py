@@ -13,8 +13,9 @@ from mpi4py import MPI
 
 from conftest import run_mpi
 from mpiopt.asyncsgd import async_sgd
-from mpiopt.asyncsgd.problems import Quadratic
+from mpiopt.asyncsgd.problems import DataProblem, Quadratic
 from mpiopt.core.comm import CollectiveError
+from mpiopt.models import get_model
 
 SELF = MPI.COMM_SELF
 
@@ -207,6 +208,64 @@ def test_a_setup_failing_on_the_server_releases_the_workers(comm, case):
     assert comm.allreduce(time.perf_counter() - started, op=MPI.MAX) < 15
 
 
+class RankData(DataProblem):
+    """Least squares on this rank's own small data set (a user's problem built on every rank)."""
+
+    name = "rank-data"
+
+    def __init__(self, X, y):
+        super().__init__(get_model("linear", n_features=X.shape[1]), X, y, batch_size=2, seed=0)
+        self.L, self.sigma2, self.options = 1.0, 0.1, {}
+
+
+def rank_data(comm, bad=None, value=np.nan):
+    """Every rank's data; ``bad`` ("features" or "targets") holds ``value`` on the last rank only."""
+    rng = np.random.default_rng(5)
+    X, y = rng.standard_normal((12, 3)), rng.standard_normal(12)
+    if comm.rank == comm.size - 1:
+        if bad == "features":
+            X[4, 1] = value
+        elif bad == "targets":
+            y[7] = value
+    return RankData(X, y)
+
+
+@pytest.mark.mpi
+@pytest.mark.many_ranks
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("runtime", ["simulator", "mpi"])
+@pytest.mark.parametrize("bad, value", [("features", np.nan), ("features", np.inf), ("targets", np.nan),
+                                        ("targets", -np.inf)])
+def test_non_finite_data_on_one_rank_is_the_same_error_on_every_rank(comm, runtime, bad, value):
+    if runtime == "mpi":
+        needs_workers(comm)
+    settings = dict(runtime=runtime, method="asgd", tau="constant", max_steps=5, stop_at_epsilon=False,
+                    step_size=0.1, time_unit=0.002, idle_timeout=20)
+    with pytest.raises(CollectiveError) as raised:
+        async_sgd(rank_data(comm, bad, value), comm=comm, **settings)
+    name = {"features": "X (features)", "targets": "y (targets)"}[bad]
+    last = comm.size - 1
+    assert raised.value.problems == {last: f"{name} contains NaN or inf"}
+    assert same_on_every_rank(comm, str(raised.value))
+    result = async_sgd(rank_data(comm), comm=comm, **settings)  # the same problem with finite data runs
+    assert result.steps == 5 and np.all(np.isfinite(result.x)) and same_on_every_rank(comm, result.x)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_the_mpi_runtime_uses_nothing_that_arrives_after_max_time(comm):
+    """The simulator's rule on wall time: an arrival at or before max_time counts, none after it."""
+    needs_workers(comm)
+    n = comm.size - 1
+    result = async_sgd("quadratic", comm=comm, problem_options={"dim": 3}, runtime="mpi", method="asgd",
+                       tau=[1.0 + w for w in range(n)], time_unit=0.01, max_time=12, max_steps=None,
+                       stop_at_epsilon=False, step_size=0.1, trace=True)
+    assert result.status == "max_time" and result.time == 12
+    assert result.gradients == len(result.info["trace"]) > 0
+    assert all(event[0] <= 12 for event in result.info["trace"])
+    counts_are_consistent(result)
+
+
 class SlowGradients(Quadratic):
     """A stochastic gradient that takes a few milliseconds of real time, more on higher ranks."""
 
@@ -306,7 +365,7 @@ import faulthandler, json
 faulthandler.dump_traceback_later(30, exit=True)
 from mpi4py import MPI
 from mpiopt.asyncsgd import async_sgd
-from mpiopt.asyncsgd.problems import Quadratic
+from mpiopt.asyncsgd.problems import DataProblem, Quadratic
 
 class Broken(Quadratic):
     def stochastic_grad(self, x, rng):

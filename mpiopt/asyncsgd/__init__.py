@@ -60,6 +60,7 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, **settings):
     try:
         problem = get_problem(problem, seed=options.seed, comm=comm, **(problem_options or {}))
         tau_model = get_tau_model(options.tau)
+        problem_error = problem.data_problem()  # NaN or inf in this rank's data: refused on every rank
     except (ValueError, TypeError, KeyError, ImportError) as error:
         problem_error = f"cannot set up the problem: {error}"
     if problem_error is None and options.runtime == "mpi":

@@ -4,7 +4,10 @@ A problem knows nothing of workers or time.  It provides ``dim``; ``L`` (the
 gradient's Lipschitz constant, exact or estimated); ``sigma2`` (the variance
 E||g - grad f||^2 of one stochastic gradient, exact or estimated at x0);
 ``f_low`` (f* or a lower bound); ``x0()``; ``loss(x)``; ``grad(x)``;
-``stochastic_grad(x, rng)`` drawing from ``rng`` only; and ``info()``.
+``stochastic_grad(x, rng)`` drawing from ``rng`` only; ``info()``; and
+``data()``, the arrays it is built on by name (none for the quadratics), which
+``async_sgd`` refuses collectively when any rank's hold NaN or inf
+(``data_problem()``, with mpiopt.core.backend's check, as every method does).
 ``Delta = loss(x0) - f_low`` feeds the predicted times.
 
 =============  ==========================================================================================
@@ -23,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..core.backend import finite_problem
 from ..core.random import random_stream
 from ..core.registry import lookup, names, register
 
@@ -42,6 +46,15 @@ class Problem:
 
     def stochastic_grad(self, x, rng):
         raise NotImplementedError
+
+    def data(self):
+        """The arrays the problem is built on, by name (features, targets); none by default."""
+        return {}
+
+    def data_problem(self):
+        """Why this rank's data cannot be used (NaN or inf), or None."""
+        return next(filter(None, (finite_problem(name, np.asarray(array)) for name, array in self.data().items())),
+                    None)
 
     @property
     def Delta(self):
@@ -144,6 +157,15 @@ class DataProblem(Problem):
         self.dim = model.n_params
         self._x0 = model.init_params(seed)
 
+    def data(self):
+        return {"X (features)": self.X, "y (targets)": self.y}
+
+    def _finite_data(self):
+        """Raise ValueError when the data hold NaN or inf (before estimating L, f* or sigma^2 from them)."""
+        problem = self.data_problem()
+        if problem is not None:
+            raise ValueError(problem)
+
     def x0(self):
         return self._x0.copy()
 
@@ -184,6 +206,7 @@ class Logistic(DataProblem):
         data = load_dataset(dataset, comm, seed=seed)
         model = get_model("logistic", n_features=data.n_features, alpha=alpha)
         super().__init__(model, data.X_train, data.y_train, batch_size, seed)
+        self._finite_data()
         Z = np.column_stack([self.X, np.ones(self.y.size)])
         self.L = float(np.linalg.eigvalsh(Z.T @ Z / (4 * self.y.size))[-1]) + alpha
         self.f_low = self._minimum()
@@ -210,6 +233,7 @@ class SmallMLP(DataProblem):
         model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=tuple(hidden),
                           alpha=alpha)
         super().__init__(model, data.X_train, data.y_train, batch_size, seed)
+        self._finite_data()
         self.L = self.estimate_L()      # at x0: the MLP is not globally smooth with a known constant
         self.sigma2 = self.estimate_sigma2()
         self.options = {"dataset": dataset, "hidden": list(hidden), "batch_size": batch_size, "alpha": alpha,

@@ -352,9 +352,9 @@ def test_require_plotting_says_how_to_install_matplotlib_before_any_round(monkey
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_matplotlib)
-    with pytest.raises(ImportError, match=r"plotting needs matplotlib \(pip install matplotlib\)"):
+    with pytest.raises(ImportError, match=r"plotting needs matplotlib: pip install 'mpiopt\[plots\]'"):
         require_plotting()
-    with pytest.raises(ImportError, match=r"pip install matplotlib"):
+    with pytest.raises(ImportError, match=r"pip install 'mpiopt\[plots\]'"):
         result.plot(tmp_path / "other.png")
 
 

@@ -17,7 +17,7 @@ def require_plotting():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as error:
-        raise ImportError(f"plotting needs matplotlib (pip install matplotlib): {error}") from None
+        raise ImportError(f"plotting needs matplotlib: pip install 'mpiopt[plots]' ({error})") from None
     return plt
 
 

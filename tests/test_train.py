@@ -4,6 +4,9 @@ overlap; checkpoints that resume bit for bit; memory per rank that falls as 1/p.
 Every MPI test runs at any rank count: the serial pass at one rank, ``mpiexec -n K python -m pytest
 --only-mpi`` at K.  References are a single-process run (``MPI.COMM_SELF``) of the same global batches.
 """
+import threading
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -15,6 +18,7 @@ from mpiopt.models import get_model
 from mpiopt.optim import get_optimizer
 from mpiopt.train import TrainResult, train
 from mpiopt.train.buckets import BucketLayout, bucket_bounds
+from mpiopt.train.overlap import CommunicationQueue
 
 DATA = load_dataset("digits", MPI.COMM_SELF)
 FAST = dict(epochs=1, batch_size=64, max_steps=8)
@@ -125,6 +129,48 @@ def test_overlap_on_and_off_take_the_same_steps_bit_for_bit(comm, stage):
         assert 0 <= t["hidden"] <= t["communication"] and t["exposed"] >= 0
         assert len(t["bucket_communication"]) == result.info["buckets"]["count"]
     assert off.timings["hidden"] == 0 and off.timings["exposed"] == pytest.approx(off.timings["communication"])
+
+
+def test_exposed_seconds_are_communication_that_the_main_thread_waited_for():
+    """A wait that is longer than the collective it waits for (the worker busy with something that is no
+    collective: on a busy machine, not yet scheduled) exposes only the collective's seconds; the rest is waiting
+    (it used to be counted as exposed, so exposed exceeded communication and the summary said 0 s hidden)."""
+    queue = CommunicationQueue(overlap=True)
+    if not queue.threaded:
+        pytest.skip("MPI is not at MPI_THREAD_MULTIPLE: no background thread")
+    try:
+        started = threading.Event()
+        queue.executor.submit(lambda: started.set() or time.sleep(0.05))  # not a collective: not timed
+        started.wait()
+        queue.wait(queue.submit(("reduce", 0), sum, [1.0, 2.0]))
+        assert 0 <= queue.exposed <= queue.communication, (queue.exposed, queue.communication)
+        assert queue.waited > 0.04
+        assert queue.by_label[("reduce", 0)] == [queue.communication, queue.exposed]
+    finally:
+        queue.close()
+    inline = CommunicationQueue(overlap=False)  # the main thread runs the collectives: all of them exposed
+    for bucket in range(3):
+        assert inline.wait(inline.submit(("reduce", bucket), sum, [1.0, float(bucket)])) == 1.0 + bucket
+    assert inline.exposed == inline.communication > 0 and inline.waited >= inline.communication
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("stage", [0, 3])
+def test_the_summary_adds_up_the_steps_and_never_hides_less_than_nothing(comm, stage, capsys):
+    result = run(comm, zero_stage=stage, bucket_bytes=512, max_steps=6, verbose=True, log_every=1)
+    t, h = result.timings, result.history
+    assert t["communication"] == pytest.approx(sum(h["communication"]), rel=1e-12)
+    assert t["exposed"] == pytest.approx(sum(h["exposed"]), rel=1e-12)
+    assert all(0 <= exposed <= communication for exposed, communication in zip(h["exposed"], h["communication"]))
+    assert 0 <= t["exposed"] <= t["communication"] and t["hidden"] == pytest.approx(t["communication"] - t["exposed"])
+    assert t["overlap_fraction"] == pytest.approx(t["hidden"] / t["communication"])
+    assert sum(t["bucket_communication"]) <= t["communication"] * (1 + 1e-9)
+    assert comm.allgather((t["communication"], t["hidden"])) == [(t["communication"], t["hidden"])] * comm.size
+    printed = capsys.readouterr().out
+    if comm.rank == 0:
+        assert (f"communication {t['communication']:.3f} s ({t['hidden']:.3f} s hidden, {t['exposed']:.3f} s exposed)"
+                in printed)
 
 
 @pytest.mark.mpi

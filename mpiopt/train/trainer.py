@@ -249,7 +249,7 @@ class Trainer:
         strategy, queue, step = self.strategy, self.queue, self.sampler.step
         rows, global_rows = self.sampler.batch(step), self.sampler.global_batch(step).size
         self.sampler.step += 1
-        exposed, communication, sent = queue.exposed, queue.communication, self.strategy.bytes_sent
+        exposed, communication, sent, waited = queue.exposed, queue.communication, self.strategy.bytes_sent, queue.waited
         strategy.begin(rows.size)
         tick = time.perf_counter()
         X, y = take(rows, self.X, self.y)
@@ -257,10 +257,10 @@ class Trainer:
         correct = self.correct(scores, y)
         strategy.finish(global_rows)
         tock = time.perf_counter()
-        self.compute_time += tock - tick - (queue.exposed - exposed)
-        waited = queue.exposed
+        self.compute_time += tock - tick - (queue.waited - waited)  # every wait, communication or not
+        waited = queue.waited
         strategy.step(self.optimizer)
-        self.optimizer_time += time.perf_counter() - tock - (queue.exposed - waited)
+        self.optimizer_time += time.perf_counter() - tock - (queue.waited - waited)
         usr1, term = signals.take()
         sums = np.array([loss * rows.size, correct, self.strategy.bytes_sent - sent, queue.communication - communication,
                          queue.exposed - exposed, usr1, term], dtype=np.float64)
@@ -363,16 +363,22 @@ class Trainer:
                 "data": "replicated", "device": "cpu" if self.device is None else f"gpu {self.device}",
                 "settings": s.as_dict(), "notes": notes}
 
-    def timings(self, setup_time, train_time):
-        queue = self.queue
+    def timings(self, setup_time, train_time, steps_run):
+        """Seconds of this run: communication and exposed are the sums of its steps' rows of the history
+        (each averaged over the ranks, as the log shows them), so the summary is what the rows add up to;
+        per bucket the same averages (collective)."""
+        queue, h = self.queue, self.history
+        first = len(h["step"]) - steps_run
+        communication, exposed = float(sum(h["communication"][first:])), float(sum(h["exposed"][first:]))
+        hidden = max(communication - exposed, 0.0)  # >= 0 on every rank and step; max() for the roundings only
         reduce_labels = sorted(label[1] for label in queue.by_label if label[0] == "reduce")
-        communication = queue.communication
-        hidden = max(communication - queue.exposed, 0.0)
+        buckets = np.array([queue.by_label[("reduce", k)] for k in reduce_labels], dtype=np.float64).reshape(-1, 2)
+        self.comm.Allreduce(MPI.IN_PLACE, buckets, op=MPI.SUM)
+        buckets /= self.comm.size
         return {"setup": setup_time, "train": train_time, "compute": self.compute_time,
-                "optimizer": self.optimizer_time, "communication": communication, "exposed": queue.exposed,
+                "optimizer": self.optimizer_time, "communication": communication, "exposed": exposed,
                 "hidden": hidden, "overlap_fraction": hidden / communication if communication > 0 else 0.0,
-                "bucket_communication": [queue.by_label[("reduce", k)][0] for k in reduce_labels],
-                "bucket_exposed": [queue.by_label[("reduce", k)][1] for k in reduce_labels],
+                "bucket_communication": buckets[:, 0].tolist(), "bucket_exposed": buckets[:, 1].tolist(),
                 "total": setup_time + train_time}
 
     def result(self, status, info, setup_time, train_time, resumed_at):
@@ -382,7 +388,7 @@ class Trainer:
         loss, accuracy = self.evaluate(params)
         info = dict(info, memory={key: max(rank[key] for rank in per_rank) for key in memory},
                     memory_per_rank=per_rank, resumed_at=resumed_at, steps_run=self.sampler.step - resumed_at)
-        timings = self.timings(setup_time, train_time)
+        timings = self.timings(setup_time, train_time, self.sampler.step - resumed_at)
         timings["total"] = time.perf_counter() - self.start + setup_time
         return TrainResult(status=status, history=self.history, timings=timings, info=info, params=params,
                            loss=loss, accuracy=accuracy, steps=self.sampler.step, epoch_history=self.epoch_history)

@@ -1,14 +1,22 @@
 """mpiopt: distributed optimization on MPI ranks.
 
 Subpackages are imported on first use (``mpiopt.admm``, ``mpiopt.data``, ...),
-so ``import mpiopt`` is cheap and does not import numpy before the command line
-has set the BLAS thread count for each rank.
+so ``import mpiopt`` does not import numpy.  Under an MPI launcher that puts
+several ranks on this node (or with ``SLURM_CPUS_PER_TASK``), and unless a
+thread variable such as ``OMP_NUM_THREADS`` is set, it gives this rank its
+share of the node's cores for BLAS and OpenMP, for the whole process: the
+thread variables for the libraries loaded later, threadpoolctl for those
+already loaded (``mpiopt.core.threads``).
 """
 import importlib
 
 __version__ = "0.1.0"
 
+from .core.threads import limit_at_import  # noqa: E402
+
 _SUBPACKAGES = ("admm", "cli", "collectives", "core", "data", "estimators", "models", "optim", "slurm")
+
+limit_at_import()
 
 
 def __getattr__(name):

@@ -207,7 +207,7 @@ class Problem:
         penalty_object.xp = xp
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
         if self.uses_working_set(settings, engine_penalty):
-            return working_set_solve(self, settings, start, penalty_object, engine_penalty, options, largest,
+            return working_set_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest,
                                      warm_start)
         if settings.screening and not settings.checkpoint and gap_terms(shard, engine_penalty) is not None:
             return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,

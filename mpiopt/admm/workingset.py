@@ -215,9 +215,11 @@ def default_gap_tol(settings):
     return max(settings.eps_rel, 1e-14)
 
 
-def working_set_solve(problem, settings, start, penalty_object, engine_penalty, options, largest, warm_start):
-    """The outer loop of the module docstring for ``problem`` (a solver.Problem); returns an ADMMResult of the
-    full problem, the same on every rank (collective)."""
+def working_set_solve(problem, settings, threads, start, penalty_object, engine_penalty, options, largest,
+                      warm_start):
+    """The outer loop of the module docstring for ``problem`` (a solver.Problem), with the BLAS threads
+    ``threads`` (a core.threads.ThreadPlan, in force while it runs); returns an ADMMResult of the full problem,
+    the same on every rank (collective)."""
     comm, xp, shard = problem.comm, problem.xp, problem.shard
     design = shard.design
     features, intercept = design.features, problem.intercept
@@ -236,7 +238,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
     rho = None if warm_start is None else warm_start.info.get("rho_final")
     given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
     given.update(screening=False, working_set=False, checkpoint=None, verbose=False, eps_abs=0.0, eps_rel=0.0,
-                 gap_every=INNER_GAP_EVERY)
+                 gap_every=INNER_GAP_EVERY, blas_threads=0)  # the threads are this solve's, already in force
     own_reducer = not isinstance(settings.reducer, Reducer)
     reducer = get_reducer(settings.reducer, comm, check=False) if own_reducer else settings.reducer
     given["reducer"] = reducer
@@ -245,6 +247,7 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
         f"problem:  {problem.loss} loss + {engine_penalty.describe()}",
         f"          rows m = {problem.total_rows}, variables n = {shard.n}" + (" (with intercept)" if intercept else "")
         + f", ranks = {comm.size}" + (f", lambda_max = {largest:.4e}" if largest else ""),
+        f"threads:  {threads.describe()}",
         f"working sets: first size {settings.working_set_size}, then max(that, 2 x support); inner ADMM to "
         f"{INNER_FRACTION} x the gap; gap-safe screening at each check",
         f"stopping: relative duality gap <= {tol:.1e} on all {features} columns, max_iter = {settings.max_iter} "
@@ -277,6 +280,8 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
             solve_time, gap_time = float(meta["solve_time"]), float(meta["gap_time"])
             history, outer_rows = meta["history"], meta["outer_rows"]
             resumed_at, resuming = iterations, True
+    times_before = (solve_time, gap_time)  # the runs before a resume: in the history, not in this run's timings
+    resumed = checkpointer is not None and resuming
     signals = SignalFlags(checkpointer is not None)
     if checkpointer is not None and resuming:
         log.note(f"resumed:  from the checkpoint {settings.checkpoint} at iteration {iterations} (outer {outer})")
@@ -419,12 +424,13 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
         screened_columns=np.flatnonzero(~kept).tolist(),
         kkt_residual=kkt, outer_iterations=outer, working_set_sizes=[row["working_set"] for row in outer_rows[1:]],
         outer=outer_rows, working_set=True, settings=settings.as_dict(), penalty=penalty_object.name,
-        resumed_at=resumed_at,
-        iterations_run=iterations, nonzeros=int(np.count_nonzero(host_x)) + (int(float(x[-1]) != 0) if intercept
-                                                                              else 0))
+        resumed_at=resumed_at, blas_threads=threads.threads, blas_threads_reason=threads.reason,
+        iterations_run=iterations - resumed_at,
+        nonzeros=int(np.count_nonzero(host_x)) + (int(float(x[-1]) != 0) if intercept else 0))
     total = time.perf_counter() - start + (problem.setup_time if warm_start is None else 0.0)
+    solve_time, gap_time = solve_time - times_before[0], gap_time - times_before[1]  # this run's, as the engine's
     result.timings = {"setup": setup_time, "gather": gather_time, "solve": solve_time, "gap": gap_time,
-                      "per_iteration": solve_time / max(iterations, 1),
+                      "per_iteration": solve_time / max(iterations - resumed_at, 1),
                       "x_step": result.timings.get("x_step", 0.0),
                       "communication": result.timings.get("communication", 0.0), "total": total}
     log.footer([f"status:      {status} after {outer} outer and {iterations} ADMM iterations",
@@ -434,7 +440,8 @@ def working_set_solve(problem, settings, start, penalty_object, engine_penalty, 
                 f"dual objective {gap.dual:.12e}",
                 f"nonzeros:    {result.info['nonzeros']} of {shard.n}; screened {result.info['screened']}",
                 f"time:        {total:.3f} s (setup {setup_time:.3f}, gather {gather_time:.3f}, "
-                f"ADMM {solve_time:.3f}, gaps {gap_time:.3f})"])
+                f"ADMM {solve_time:.3f}, gaps {gap_time:.3f})"
+                + (f"; this run's, resumed at iteration {resumed_at}" if resumed else "")])
     return result
 
 

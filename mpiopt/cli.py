@@ -545,12 +545,7 @@ def run_async_sgd(args, comm):
     check_writable(args.output, comm)
     check_writable(args.plot, comm, what="plot")
     options, n_workers, problem = _async_sgd_checks(args, comm)
-    if problem is None and args.plot and comm.rank == 0:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError as error:
-            problem = f"--plot needs matplotlib (pip install matplotlib): {error}"
-    check_collectively(comm, problem)
+    check_collectively(comm, problem or _plot_problem(args.plot, comm))
     names = _method_order(methods()) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(runtime=args.runtime, n_workers=n_workers, epsilon=args.epsilon, step_size=args.step_size,
@@ -585,6 +580,19 @@ def run_async_sgd(args, comm):
         print(f"result written to {args.output}" + (f"; plot written to {args.plot}" if args.plot else ""),
               flush=True)
     return 0
+
+
+def _plot_problem(path, comm):
+    """Why a plot to ``path`` (None: no plot) cannot be drawn, on rank 0 (which draws it), or None: checked with
+    the other options, before any work, so that a missing matplotlib does not fail the run at its end."""
+    from .federated.result import require_plotting
+    if not path or comm.rank != 0:
+        return None
+    try:
+        require_plotting()
+    except ImportError as error:
+        return f"--plot: {error}"
+    return None
 
 
 def _method_order(registered):
@@ -730,7 +738,7 @@ def run_federated(args, comm):
             model_problem = model_problem or f"--mu is FedProx's; strategy {args.strategy} takes no mu"
         strategy_options["mu"] = args.mu
     hooks, hooks_problem = _federated_hooks(args)
-    check_collectively(comm, problem or model_problem or hooks_problem)
+    check_collectively(comm, problem or model_problem or hooks_problem or _plot_problem(args.plot, comm))
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,
                       hooks=hooks,
                       rounds=args.rounds, fraction=args.fraction, local_epochs=args.local_epochs,

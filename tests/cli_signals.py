@@ -64,14 +64,13 @@ sys.meta_path.insert(0, _Blocked())
 
 
 def shim_environment(folder, pause_at=None, copy=None, block=()):
-    """The environment of a run under the shim (see the module docstring); ``folder`` holds its files."""
+    """The variables that put a run under the shim (see the module docstring); ``folder`` holds its files."""
     folder = os.fspath(folder)
     with open(os.path.join(folder, "sitecustomize.py"), "w") as stream:
         stream.write(SITECUSTOMIZE)
     path = os.pathsep.join(filter(None, [folder, os.environ.get("PYTHONPATH")]))
-    return dict(os.environ, PYTHONPATH=path, MPIOPT_SHIM=folder, MPIOPT_SHIM_PAUSE=pause_at or "",
-                MPIOPT_SHIM_COPY=copy or "", MPIOPT_SHIM_BLOCK=",".join(block), OMP_NUM_THREADS="1",
-                OPENBLAS_NUM_THREADS="1")
+    return dict(PYTHONPATH=path, MPIOPT_SHIM=folder, MPIOPT_SHIM_PAUSE=pause_at or "", MPIOPT_SHIM_COPY=copy or "",
+                MPIOPT_SHIM_BLOCK=",".join(block))
 
 
 class Run:
@@ -83,7 +82,8 @@ class Run:
         if not MPIEXEC.exists():
             pytest.skip(f"no mpiexec beside {sys.executable}")
         self.ranks, self.folder = ranks, os.fspath(folder)
-        environment = shim_environment(folder, **shim)
+        environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
+                           **shim_environment(folder, **shim))
         with open(self.path("stdout"), "w") as out, open(self.path("stderr"), "w") as err:
             self.process = subprocess.Popen([str(MPIEXEC), "-n", str(ranks), sys.executable, *arguments],
                                             env=environment, stdout=out, stderr=err, cwd=self.folder)

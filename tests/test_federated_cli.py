@@ -3,8 +3,10 @@ import csv
 import json
 
 import numpy as np
+import pytest
 from mpi4py import MPI
 
+from cli_signals import shim_environment
 from conftest import run_mpi
 from mpiopt.data import load_dataset
 from mpiopt.federated import partition, run_federated, split_clients
@@ -60,3 +62,19 @@ def test_cli_federated_bad_options_exit_with_one_clear_message(tmp_path):
 def test_federated_is_a_resumable_slurm_workload():
     script = render_script("federated", ["--rounds", "100"], ntasks=4)
     assert "-m mpiopt federated --rounds 100 --checkpoint \"$CHECKPOINT\"" in script
+
+
+@pytest.mark.parametrize("arguments, hidden, message", [
+    (["--plot", "rounds.png"], "matplotlib", "--plot: plotting needs matplotlib"),
+    (["--dp-clip", "1.0"], "dp_accounting", "the privacy accountant needs the dp-accounting package"),
+    (["--data", "breast_cancer"], "sklearn", "pip install 'mpiopt[sklearn]'"),
+])
+def test_cli_federated_refuses_an_option_whose_package_is_missing_before_the_first_round(tmp_path, arguments,
+                                                                                         hidden, message):
+    # issue 19, item 9: --plot without matplotlib failed after all the rounds (the JSON written, then a traceback)
+    environment = shim_environment(tmp_path, block=[hidden])
+    completed = run_mpi(2, "-m", "mpiopt", "federated", "--clients", "10", "--rounds", "2", *arguments,
+                        "--output", "fed.json", cwd=tmp_path, env=environment, timeout=120)
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count(message) == 1 and completed.stderr.count("\n") == 1, completed.stderr
+    assert "Traceback" not in completed.stderr and not (tmp_path / "fed.json").exists()

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from mpiopt.collectives import compressor_options_problem
+from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
 from mpiopt.data import load_dataset
 from mpiopt.models import get_model
@@ -141,3 +143,28 @@ def test_unbiased_random_k_trains_without_error_feedback_by_default(comm):
         assert run(compressor=compressor, compressor_options=options, max_steps=1).info["error_feedback"] is True
     assert run(compressor="randomk", compressor_options={"ratio": 0.1}, error_feedback=True,
                max_steps=1).info["error_feedback"] is True  # asked for
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("compressor, options, reducer, message", [
+    ("topk", {"ratio": 0}, "auto", "topk: ratio must be in (0, 1], got 0"),
+    ("topk", {"ratio": 1.5}, "auto", "topk: ratio must be in (0, 1], got 1.5"),
+    ("powersgd", {"ratio": 0.5}, "auto", "compressor 'powersgd' takes rank, min_compression_rate, warm_start, seed"),
+    ("powersgd", {"rank": 0}, "ring", "powersgd: rank must be an integer >= 1, got 0"),
+    ("qsgd", {"bits": 3}, "ring", "qsgd: bits must be 8 or 4, got 3"),
+    ("topk", {"ratio": 0.1, "mode": "allreduce"}, "ring", "compressor 'topk' is not linear"),
+    ("sign", {"error_feedback": True}, "ring", "reducer 'ring' takes segment_bytes; got error_feedback"),
+])
+def test_bad_compressor_options_are_refused_before_any_work(comm, compressor, options, reducer, message):
+    """The same CollectiveError on every rank from the settings, naming the valid values (an 85-line
+    traceback on every rank from inside the reducer's construction, or a TypeError, before)."""
+    model, X, y = logistic_problem(rows=40, features=5)
+    with pytest.raises(CollectiveError) as error:
+        train(model, X, y, get_optimizer("sgd", lr=0.1), comm, reducer=reducer, compressor=compressor,
+              compressor_options=options)
+    assert message in str(error.value) and "compressor_options" in str(error.value), str(error.value)
+    assert len(set(comm.allgather(str(error.value)))) == 1
+    assert compressor_options_problem(compressor, options, reducer) in str(error.value)
+    assert compressor_options_problem("topk", {"ratio": 0.1, "segment_bytes": 4096}, "ring-seg") is None
+    assert "compressor must be one of none, fp16" in compressor_options_problem("nope", {}, "ring")

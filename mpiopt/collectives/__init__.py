@@ -27,7 +27,9 @@ returns a :class:`CompressedReducer` (:mod:`.compressed`) whose ``allreduce``
 compresses with a compressor of :mod:`mpiopt.compression` and moves the
 payloads with the reducer ``name``; it counts the bytes each call sent and
 received (``last_bytes_sent``, ``last_bytes_received``, ``bytes_sent``,
-``bytes_received``).
+``bytes_received``).  ``compressor_options_problem(compressor, options,
+reducer)`` says in one line what is wrong with such options (or None),
+without building anything: front ends check with it before any work.
 
 Every reducer takes CuPy arrays as well as numpy arrays (results are then
 CuPy arrays): the buffers are staged through pinned host memory, or handed to
@@ -49,7 +51,7 @@ from .parameter_server import ParameterServerReducer, ShardedParameterServerRedu
 from .auto import AutoReducer
 from .async_server import AsyncParameterServer, ParameterServerTimeout
 from .base import DTYPES, OPS, Reducer
-from .compressed import CompressedReducer
+from .compressed import CompressedReducer, compressor_options_problem
 from .device import cuda_aware as resolve_cuda_aware, detect_cuda_aware, parse_setting
 
 
@@ -84,5 +86,5 @@ def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **opti
 __all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES", "HierarchicalReducer",
            "MPIReducer", "OPS", "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS",
            "RecursiveDoublingReducer", "Reducer", "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer",
-           "ShardedParameterServerReducer", "chunk_bounds", "detect_cuda_aware", "get_reducer",
-           "resolve_cuda_aware"]
+           "ShardedParameterServerReducer", "chunk_bounds", "compressor_options_problem", "detect_cuda_aware",
+           "get_reducer", "resolve_cuda_aware"]

@@ -70,6 +70,8 @@ and the two-pass all-to-all), as :mod:`.device` describes.  Payloads are
 summed (``allreduce`` mode) by the inner reducer's host algorithm on the staged
 copies, so a CuPy call moves and adds the same bytes as a numpy one.
 """
+import inspect
+
 import numpy as np
 from mpi4py import MPI
 
@@ -77,7 +79,7 @@ from ..compression import ErrorFeedback, get_compressor, pack, tensor_matrix_sha
 from ..compression.base import Compressor
 from ..core.backend import get_array_module
 from ..core.partition import offsets
-from ..core.registry import lookup
+from ..core.registry import RegistryError, lookup
 from . import device
 from .base import Reducer
 
@@ -106,6 +108,38 @@ def ring_allgather_bytes(block_bytes, rank):
     sent = sum(block_bytes[(rank - s) % p] for s in range(p - 1))
     received = sum(block_bytes[(rank - s - 1) % p] for s in range(p - 1))
     return sent, received
+
+
+def compressor_options_problem(compressor, options, reducer="auto"):
+    """What is wrong with ``options`` (a dict) for ``get_reducer(reducer, comm, compressor=compressor,
+    **options)``, in one line naming the valid choices, or None; builds no communicator and sends nothing,
+    so every rank can check before any work (the trainer's settings do, collectively).
+
+    Each option must be one the compressor lists, ``mode``, or one of the inner reducer's constructor
+    arguments; the compressor must accept the values (``ratio`` in (0, 1], ``rank`` >= 1, ``bits`` 8 or 4,
+    ...) and ``mode`` must suit it."""
+    try:
+        compressor_class = lookup("compressor", compressor)
+        reducer_class = lookup("reducer", reducer)
+    except RegistryError as error:
+        return str(error)
+    parameters = inspect.signature(reducer_class.__init__).parameters
+    reducer_options = [name for name in parameters if name not in ("self", "comm", "check")
+                       and parameters[name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    takes_any = any(parameter.kind == inspect.Parameter.VAR_KEYWORD for parameter in parameters.values())
+    own = set(compressor_class.options) | {"mode"}
+    unknown = sorted(set(options) - own - set(reducer_options)) if not takes_any else []
+    if unknown:
+        return (f"compressor {compressor!r} takes {', '.join(compressor_class.options) or 'no options'} (and mode: "
+                f"{', '.join(MODES)}); reducer {reducer!r} takes {', '.join(reducer_options) or 'no options'}; "
+                f"got {', '.join(unknown)}")
+    try:
+        built = get_compressor(compressor, **{key: value for key, value in options.items()
+                                              if key in compressor_class.options})
+        CompressedReducer._resolve_mode(options.get("mode", "auto"), built)
+    except (TypeError, ValueError) as error:
+        return str(error)
+    return None
 
 
 class CompressedReducer(Reducer):

@@ -12,7 +12,7 @@ numpy data to this rank's GPU (picked by local rank,
 """
 import dataclasses
 
-from ..collectives import REDUCERS, Reducer
+from ..collectives import REDUCERS, Reducer, compressor_options_problem
 from ..core.backend import device_count
 from ..core.registry import names
 from ..core.settings import Settings, is_integer, is_number
@@ -50,6 +50,11 @@ class TrainSettings(Settings):
     blas_threads: int = None     # BLAS threads per rank while training (mpiopt.core.threads)
     device: str = None           # None: where the data are (numpy: CPU, CuPy: GPU); "cpu"; "gpu": this rank's GPU
 
+    def options_problem(self):
+        """What is wrong with ``compressor_options`` for the compressor and the reducer (None when fine)."""
+        problem = compressor_options_problem(self.compressor, dict(self.compressor_options or {}), self.reducer)
+        return None if problem is None else f"compressor_options: {problem}"
+
     def checks(self):
         """(ok, message) pairs; the first failing one is reported (see mpiopt.core.settings)."""
         number, integer = is_number, is_integer
@@ -77,6 +82,7 @@ class TrainSettings(Settings):
              f"compressor_options must be a dict or None, got {self.compressor_options!r}"),
             (self.compressor is None or not isinstance(self.reducer, Reducer),
              "a compressor needs a reducer name (the trainer builds the compressed reducer), not a Reducer"),
+            (lambda: self.compressor is None or self.options_problem() is None, lambda: self.options_problem()),
             (self.compressor is None or self.zero_stage == 0,
              f"a compressor works with zero_stage 0 (compressed all-reduce), got zero_stage {self.zero_stage!r}"),
             (self.error_feedback is None or isinstance(self.error_feedback, bool),

@@ -6,6 +6,8 @@ from mpiopt.core import CollectiveError
 from mpiopt.data import make_lasso, read_npz_range, read_npz_rows, row_range
 from mpiopt.data.synthetic import lasso_rows
 
+from conftest import gather_messages
+
 
 @pytest.mark.parametrize("total, size", [(0, 1), (1, 3), (10, 3), (7, 7), (5, 8), (100000, 4)])
 def test_row_ranges_cover_all_rows_once_and_differ_by_at_most_one(total, size):
@@ -86,3 +88,25 @@ def test_npz_refuses_row_counts_that_disagree(tmp_path):
     np.savez(path, A=np.zeros((4, 2)), b=np.zeros(3))
     with pytest.raises(CollectiveError, match="same number of rows"):
         read_npz_rows(path, comm=MPI.COMM_SELF)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("broken", ["features", "labels"])
+def test_load_dataset_refuses_nan_on_every_rank_before_casting_the_labels(comm, broken):
+    from mpiopt.core.registry import register, unregister
+    from mpiopt.data import load_dataset
+
+    def with_nan():
+        X = np.arange(40.0).reshape(20, 2)
+        y = np.arange(20.0) % 3
+        (X if broken == "features" else y)[7] = np.nan
+        return X, y
+    register("dataset", "test-with-nan", with_nan)
+    try:
+        with pytest.raises(CollectiveError) as caught:
+            load_dataset("test-with-nan", comm)
+    finally:
+        unregister("dataset", "test-with-nan")
+    message = f"data set 'test-with-nan': {broken} contains NaN or inf"
+    assert message in str(caught.value)
+    assert set(gather_messages(comm, caught.value)) == {str(caught.value)}

@@ -29,6 +29,7 @@ import dataclasses
 
 import numpy as np
 
+from ..core.backend import finite_problem
 from ..core.comm import check_collectively, first_problem, resolve_comm
 from ..core.partition import row_range
 from ..core.random import random_stream, seed_problem
@@ -104,6 +105,10 @@ def load_dataset(name, comm=None, *, test_fraction=0.25, seed=0, standardize=Tru
             X, y = lookup("dataset", name)()
         except (ImportError, OSError) as error:
             problem = f"cannot load data set {name!r}: {error}"
+        else:  # before the labels' cast to integers, which would turn a NaN into a garbage class
+            X, y = np.asarray(X, dtype=np.float64), np.asarray(y)
+            problem = finite_problem(f"data set {name!r}: features", X) or (
+                finite_problem(f"data set {name!r}: labels", y) if y.dtype.kind == "f" else None)
     check_collectively(comm, problem, {"name": name, "test_fraction": test_fraction, "seed": seed,
                                        "standardize": standardize, "shard": shard})
     X, y = np.asarray(X, dtype=np.float64), np.asarray(y).astype(np.int64)

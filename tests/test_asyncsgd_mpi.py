@@ -17,6 +17,8 @@ from mpiopt.asyncsgd.problems import DataProblem, Quadratic
 from mpiopt.core.comm import CollectiveError
 from mpiopt.models import get_model
 
+pytestmark = pytest.mark.many_ranks  # rank 0 serves; only 3 and 4 ranks have several workers
+
 SELF = MPI.COMM_SELF
 
 # Fixed times per number of workers whose finishing times (each worker restarting as it finishes) stay
@@ -231,7 +233,6 @@ def rank_data(comm, bad=None, value=np.nan):
 
 
 @pytest.mark.mpi
-@pytest.mark.many_ranks
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("runtime", ["simulator", "mpi"])
 @pytest.mark.parametrize("bad, value", [("features", np.nan), ("features", np.inf), ("targets", np.nan),

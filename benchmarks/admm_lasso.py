@@ -27,6 +27,10 @@ designs; see sparse_solvers.py for the definitions.
 
     mpiexec -n 2 python benchmarks/admm_lasso.py --designs all
     mpiexec -n 2 python benchmarks/admm_lasso.py --quick        # seconds (the tests)
+
+--quick shrinks every size (and --repeat, --n-lams) to its tiny preset; a size
+given explicitly wins (``--quick --rows 3000 --cols 40``: the tall design is
+3000 x 40, the rest tiny), and the suite's first line says which were kept.
 """
 import argparse
 import os
@@ -67,7 +71,22 @@ def parse_args(argv=None):
     parser.add_argument("--output", default="results/admm_lasso.json")
     parser.add_argument("--plot", help="PNG file: relative objective gap against time for every run")
     sparse_solvers.add_arguments(parser, "lasso")
-    return sparse_solvers.apply_quick(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    quick = sparse_solvers.apply_quick(argparse.Namespace(**vars(args)))
+    preset = {name for name, value in vars(quick).items() if value != getattr(args, name)}
+    quick.kept = sorted(preset & given_options(parser, argv))  # what the command line says wins over the preset
+    for name in quick.kept:
+        setattr(quick, name, getattr(args, name))
+    return quick
+
+
+def given_options(parser, argv):
+    """The options given on the command line, as their dests (argparse leaves a name alone that the namespace
+    already has: a namespace of markers keeps them where nothing was given)."""
+    marker = object()
+    probe = argparse.Namespace(**{action.dest: marker for action in parser._actions})
+    parser.parse_args(argv, namespace=probe)
+    return {name for name, value in vars(probe).items() if value is not marker and name != "quick"}
 
 
 def main(argv=None):
@@ -171,8 +190,10 @@ def designs_suite(args, comm):
     output = args.output if args.output != "results/admm_lasso.json" else "results/admm_lasso_designs.json"
     check_writable(output, comm)
     say = printer(comm)
+    kept = ", ".join("--" + name.replace("_", "-") for name in args.kept)
     say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, lam = {args.lam_ratio} lambda_max, "
-        f"target {args.target:g}")
+        f"target {args.target:g}" + (f"; --quick sizes except {kept}, as given" if kept else
+                                     "; --quick sizes" if args.quick else ""))
     payload = sparse_solvers.run_family("lasso", args, comm, say)
     say("\n" + payload["markdown"])
     write_result(comm, output, payload)

@@ -76,8 +76,10 @@ def _add_admm_settings(parser):
     group.add_argument("--eps-rel", type=float, default=defaults.eps_rel, help="relative tolerance (default %(default)s)")
     group.add_argument("--max-iter", type=int, default=defaults.max_iter, help="iteration limit (default %(default)s)")
     group.add_argument("--gap-tol", type=float, default=defaults.gap_tol,
-                       help="also stop when the relative duality gap is below this (L1 / elastic net with the "
-                            "squared or logistic loss; default: off, the gap is only reported at the end)")
+                       help="stop when the relative duality gap is below this (L1 / elastic net with the squared "
+                            f"or logistic loss); default: working sets stop at --eps-rel ({defaults.eps_rel:g} by "
+                            "default), the full solver (--working-set off) by its residuals alone, the gap only "
+                            "reported at the end")
     group.add_argument("--gap-every", type=int, default=defaults.gap_every,
                        help="with --gap-tol, iterations between gap evaluations (default %(default)s)")
     group.add_argument("--working-set", choices=("auto", "on", "off"), default="auto",
@@ -347,7 +349,7 @@ def _add_federated(commands):
     defaults = FederatedSettings()
     federated = commands.add_parser(
         "federated", help="federated learning: K virtual clients over the ranks, FedAvg, FedSGD, FedProx, FedNova",
-        description="Federated learning with K virtual clients spread over the MPI ranks (client k on rank k %% p): "
+        description="Federated learning with K virtual clients spread over the MPI ranks (client k on rank k % p): "
                     "each round a fraction of the clients trains locally from the global model and the strategy "
                     "combines their updates; the same model at any rank count.")
     federated.add_argument("--strategy", default="fedavg", choices=names("strategy"), help="(default %(default)s)")

@@ -282,3 +282,37 @@ def test_result_files_and_rendered_scripts_are_ignored_by_git():
     assert sorted(completed.stdout.split()) == sorted(generated)
     kept = subprocess.run(["git", "check-ignore", "slurm/admm-solve.sbatch"], cwd=root, capture_output=True)
     assert kept.returncode == 1, "the committed batch scripts stay tracked"
+
+
+def test_admm_lasso_benchmark_quick_keeps_the_sizes_given_and_says_so(monkeypatch):
+    # issue 19: --quick silently replaced --rows/--cols by its presets
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "admm_lasso.py"
+    monkeypatch.syspath_prepend(str(path.parent))  # as when run as a script: its helpers beside it
+    spec = importlib.util.spec_from_file_location("admm_lasso_benchmark", path)
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    quick = benchmark.parse_args(["--quick"])
+    args = benchmark.parse_args(["--quick", "--rows", "3000", "--cols=40"])
+    assert (args.rows, args.cols, args.kept) == (3000, 40, ["cols", "rows"])
+    assert (args.wide_rows, args.repeat) == (quick.wide_rows, quick.repeat) == (60, 1), "the other sizes stay tiny"
+    assert (quick.rows, quick.cols, quick.kept) == (600, 20, [])
+    assert benchmark.parse_args(["--rows", "50"]).cols == 1000, "without --quick nothing changes"
+
+
+def test_help_says_what_the_runs_do_gap_tol_and_the_federated_clients(capsys):
+    # issue 19: --gap-tol's help said "default: off" while the working sets' log stopped at a gap of 1e-6, and
+    # federated --help printed "rank k %% p"
+    from mpiopt.admm import solve
+    from mpiopt.admm.settings import ADMMSettings
+    from mpiopt.cli import build_parser
+    solve_help = " ".join(build_parser().parse_args(["solve"]).parser.format_help().split())
+    eps_rel = ADMMSettings().eps_rel
+    assert f"default: working sets stop at --eps-rel ({eps_rel:g} by default)" in solve_help
+    A, b = lasso_rows(300, 12, 0, 300)
+    capsys.readouterr()
+    solve(A, b, "squared", "l1", None, MPI.COMM_SELF, lam_ratio=0.1, verbose=True)
+    assert f"stopping: relative duality gap <= {eps_rel:.1e}" in capsys.readouterr().out, "what the help says"
+    federated_help = " ".join(build_parser().parse_args(["federated"]).parser.format_help().split())
+    assert "(client k on rank k % p)" in federated_help and "%%" not in federated_help

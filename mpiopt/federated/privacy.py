@@ -104,8 +104,9 @@ def add_gaussian_noise(aggregate, clip_norm, noise_multiplier, seed, round):
     aggregate stays identical everywhere without another message.  This
     simulation therefore lets every rank know the noise; in a real deployment
     the server alone draws it (from a secret seed) and only the noisy sum
-    leaves it.  Divide the result by the expected number of clients q K for
-    DP-FedAvg's unbiased estimate of the mean update.
+    leaves it.  Divide the result by a count that does not depend on who
+    reported: the m clients sampled (``DPHook``), or the expected q K under
+    Poisson sampling.
     """
     problem = privacy_problem(clip_norm, noise_multiplier, 0.5)
     if problem:

@@ -33,6 +33,20 @@ class CommandError(Exception):
     """A one-line error of a one-process command (exit status 2), e.g. a refused Slurm option."""
 
 
+class CheckingParser(Parser):
+    """A parser that prints nothing and raises CommandError where it would exit: checks a Slurm workload's
+    arguments at rendering time, so that a job is never submitted to fail on them."""
+
+    def _print_message(self, message, file=None):
+        pass
+
+    def error(self, message):
+        raise CommandError(f"{self.prog}: {message}")
+
+    def exit(self, status=0, message=None):
+        raise CommandError(f"{self.prog}: the arguments ask for help or the version, the job would run nothing")
+
+
 def _shape(text):
     match = re.fullmatch(r"\s*(\d+)\s*[xX,]\s*(\d+)\s*", text)
     if not match:
@@ -112,11 +126,11 @@ def _add_data_source(parser, data_help):
     parser.add_argument("--seed", type=int, default=0, help="synthetic: random seed")
 
 
-def build_parser():
+def build_parser(parser_class=Parser):
     from . import slurm as _slurm  # noqa: F401 (registers the workloads)
     from .admm import solver as _solver  # noqa: F401 (registers the losses, penalties and x-solvers)
     from .core.registry import names
-    parser = Parser(
+    parser = parser_class(
         prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.")
     parser.add_argument("--version", action="version", version=f"mpiopt {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -256,7 +270,8 @@ def _add_train(commands):
     group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
     group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
     group.add_argument("--quiet", action="store_true", help="no training log")
-    train.set_defaults(run=run_train, parser=train, compressor_flags=flags)
+    train.set_defaults(run=run_train, parser=train, compressor_flags=flags,
+                       check=lambda args: _compressor_choice(args)[1])
 
 
 # a compressor option the command line does not offer: the compressed reducer gives each rank its own worker
@@ -809,7 +824,7 @@ def run_train(args, comm):
     check_writable(args.output, comm)
     check_writable(args.checkpoint, comm, what="checkpoint")
     compressor_options, problem = _compressor_choice(args)
-    check_collectively(comm, problem)  # before the data and the reducer
+    check_collectively(comm, problem)  # before the data and the reducer (and when a Slurm job is rendered)
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
     model, problem = _built("model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
                             {"n_features": data.n_features, "n_classes": data.n_classes, "alpha": args.alpha})
@@ -891,10 +906,68 @@ def _summary(result):
             f"KKT residual {info['kkt_residual']:.2e}")
 
 
+def parse_arguments(argv, parser_class=Parser):
+    """The command line's namespace; an unknown argument is an error of its subcommand (with its usage)."""
+    args, unknown = build_parser(parser_class).parse_known_args(argv)
+    if unknown:  # reported with the subcommand's usage, not the top level's
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
+def workload_argument_problem(workload, arguments):
+    """Why ``arguments`` would fail the Slurm ``workload``'s own parser (one line), or None.
+
+    mpiopt's subcommands are parsed by the command line's parser, the benchmark scripts by their
+    ``parse_args`` (found in the current folder, where the job runs, or beside the package); a workload that
+    is neither is not checked."""
+    import contextlib
+    import importlib.util
+    import io
+    import os
+
+    from .core.registry import lookup
+    argv = list(lookup("workload", workload).argv)
+    if argv[:2] == ["-m", "mpiopt"]:
+        try:
+            args = parse_arguments(argv[2:] + list(arguments), CheckingParser)
+        except CommandError as error:
+            return str(error)
+        check = getattr(args, "check", None)  # the checks of the options alone, without data or ranks
+        return check(args) if check else None
+    if argv[:1] == ["-m"] or not argv:
+        return None
+    candidates = [os.path.abspath(argv[0]), os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), argv[0])]
+    script = next((path for path in candidates if os.path.isfile(path)), None)
+    if script is None:
+        return None
+    spec = importlib.util.spec_from_file_location(f"mpiopt_workload_{workload.replace('-', '_')}", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, os.path.dirname(script))  # as when it runs: its helper modules beside it
+    try:
+        spec.loader.exec_module(module)
+        if not hasattr(module, "parse_args"):
+            return None
+        errors = io.StringIO()
+        with contextlib.redirect_stderr(errors), contextlib.redirect_stdout(io.StringIO()):
+            module.parse_args(list(arguments) + argv[1:])
+    except SystemExit as exit:
+        lines = errors.getvalue().strip().splitlines()
+        if exit.code and lines:  # argparse's "PROG: error: MESSAGE", PROG being this process's name
+            return f"{argv[0]}: {lines[-1].split('error: ', 1)[-1]}"
+        return f"{argv[0]}: the arguments ask for help, the job would run nothing"
+    finally:
+        sys.path.remove(os.path.dirname(script))
+    return None
+
+
 def run_slurm(args, comm):
     from .slurm import SlurmError, render_script, submit, wait
     workload_args = args.workload_args
     output = [a for i, a in enumerate(workload_args) if i and workload_args[i - 1] == "--output"]
+    problem = workload_argument_problem(args.workload, workload_args)
+    if problem:
+        raise CommandError(f"the arguments of workload {args.workload}: {problem}")
     try:
         text = render_script(args.workload, workload_args, job_name=args.job_name, ntasks=args.ntasks,
                              cpus_per_task=args.cpus_per_task, time=args.time, python=sys.executable,
@@ -994,9 +1067,7 @@ def main(argv=None):
         split = argv.index("--")
         argv, workload_args = argv[:split], argv[split + 1:]
     Parser.rank = comm.rank
-    args, unknown = build_parser().parse_known_args(argv)
-    if unknown:  # reported with the subcommand's usage, not the top level's
-        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args = parse_arguments(argv)
     if getattr(args, "checkpoint", None) is None:  # no checkpoint to write: SIGTERM stops, SIGUSR1 is ignored
         signals.release(pass_on=True)
     if args.command == "slurm":

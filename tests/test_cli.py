@@ -186,6 +186,35 @@ def test_slurm_refusals_are_one_line(tmp_path, arguments, message):
     assert completed.stderr.startswith(message) and completed.stderr.count("\n") == 1, completed.stderr
 
 
+@pytest.mark.parametrize("workload, arguments, message", [
+    ("solve", ["--bogus-flag"], "the arguments of workload solve: mpiopt solve: unrecognized arguments: --bogus-flag"),
+    ("train", ["--ratio", "0.5"], "the arguments of workload train: --ratio sets a compressor's option"),
+    ("federated", ["--rounds", "many"], "mpiopt federated: argument --rounds: invalid int value: 'many'"),
+    ("admm-benchmark", ["--rows", "10", "--bogus"],
+     "the arguments of workload admm-benchmark: benchmarks/admm_lasso.py: unrecognized arguments: --bogus"),
+    ("allreduce-benchmark", ["-b", "x"], "benchmarks/allreduce.py: argument -b/--minbytes: expected a size"),
+])
+def test_slurm_refuses_workload_arguments_its_job_would_fail_on(tmp_path, workload, arguments, message):
+    # issue 19: mpiopt slurm ... -- --bogus-flag rendered (and submitted) a script whose job failed
+    completed = run_one("slurm", workload, "--render-only", "--", *arguments, cwd=tmp_path)
+    assert completed.returncode == 2 and completed.stdout == "", completed.stderr
+    assert completed.stderr.startswith("mpiopt slurm: error: ") and completed.stderr.count("\n") == 1
+    assert message in completed.stderr, completed.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("workload, arguments", [
+    ("solve", ["--loss", "logistic", "--penalty", "elastic_net"]),
+    ("train", ["--compressor", "powersgd", "--rank", "2"]),
+    ("admm-benchmark", ["--rows", "1000", "--cols", "10"]),
+    ("allreduce-benchmark", ["-b", "8", "-e", "64K"]),
+])
+def test_slurm_renders_a_workload_with_good_arguments(tmp_path, workload, arguments):
+    completed = run_one("slurm", workload, "--render-only", "--", *arguments, cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert " ".join(arguments) in completed.stdout
+
+
 def test_slurm_wait_without_sbatch_says_so_in_one_line_and_leaves_nothing(tmp_path):
     import sys
     from pathlib import Path

@@ -82,7 +82,7 @@ def test_powersgd_in_training_compresses_each_weight_matrix_in_its_own_shape(com
 @pytest.mark.timeout(60)
 def test_a_rank_one_layer_gradient_comes_back_exactly_through_the_trainer(comm):
     """One row per step: every weight gradient x^T delta has rank 1, which a rank-1 power step reproduces
-    to rounding; the 64 x 1024 layer among them (seen as a flat near-square bucket it came back 84 % off)."""
+    to rounding; the 64 x 1024 layer among them (seen as a flat near-square bucket: relative error 0.84-1)."""
     model = get_model("mlp", n_features=DATA.n_features, n_classes=DATA.n_classes, hidden=(1024,), alpha=0.0)
     assert model.shapes[0] == (64, 1024)
     settings = dict(epochs=1, max_steps=1, batch_size=1, shuffle=False, reducer="ring", error_feedback=False)

@@ -12,6 +12,8 @@ from mpiopt.core.partition import offsets
 from mpiopt.core.registry import names, register, unregister
 from test_collectives import DTYPES, MPI_OPS, OPS, assert_agrees, data, make_reducer
 
+pytestmark = pytest.mark.many_ranks  # chunks, steps and partners change with every rank count
+
 # Every registered name, and the variants that take other paths: simulated nodes, every rank a
 # server (the sharded servers' own reduce-scatter), auto choosing MPI for small messages.
 NAMES = list(REDUCERS) + ["hier-parity", "ps-sharded-every-rank", "auto-mpi"]

@@ -12,6 +12,8 @@ from conftest import run_mpi
 from mpiopt.collectives import AsyncParameterServer
 from mpiopt.collectives.async_server import TAG_DONE, ParameterServerTimeout
 
+pytestmark = pytest.mark.many_ranks  # the servers' bookkeeping grows with the number of workers
+
 # Rank 0 serves twice.  First every worker leaves a `with` block without calling close(); then rank 1
 # returns through sys.exit(0) and rank 2 drops its object and keeps running until the server is done, so
 # its DONE can only come from the collected object.  A rank stuck for 20 s dumps its stack and exits.
@@ -20,8 +22,6 @@ import faulthandler, gc, json, sys
 import numpy as np
 from mpi4py import MPI
 from mpiopt.collectives import AsyncParameterServer
-
-pytestmark = pytest.mark.many_ranks  # the servers' bookkeeping grows with the number of workers
 
 faulthandler.dump_traceback_later(20, exit=True)
 world = MPI.COMM_WORLD

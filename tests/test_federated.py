@@ -9,6 +9,7 @@ import importlib.util
 import numpy as np
 import pytest
 from mpi4py import MPI
+from scipy import stats
 
 from mpiopt.core.comm import CollectiveError
 from mpiopt.data import load_dataset
@@ -205,6 +206,89 @@ def test_dropouts_are_counted_and_a_round_without_reports_keeps_the_model(comm):
     assert np.array_equal(empty.params, softmax().init_params(1)) and empty.history["bytes_sent"] == [0.0] * 2
 
 
+# -- Poisson client sampling ----------------------------------------------------------------------------
+def test_poisson_sampling_includes_each_client_independently_with_probability_fraction():
+    # reference: K independent Bernoulli(q) draws a round, so a round's size is Binomial(K, q) (scipy's pmf),
+    # each client is in a share q of the rounds and each pair in a share q^2; fixed sampling has one size only
+    n_clients, q, rounds = 40, 0.15, 3000
+    chosen = np.zeros((rounds, n_clients), dtype=bool)
+    for round in range(rounds):
+        sampled = FedAvg().configure_fit(round, n_clients, q, 5, "poisson")
+        assert np.all(np.diff(sampled) > 0) and sampled.dtype.kind == "i"
+        chosen[round, sampled] = True
+    trials = rounds * n_clients
+    assert abs(chosen.mean() - q) < 4 * np.sqrt(q * (1 - q) / trials)
+    per_client = chosen.mean(axis=0)
+    assert np.max(np.abs(per_client - q)) < 5 * np.sqrt(q * (1 - q) / rounds)
+    pairs = (chosen.T.astype(float) @ chosen.astype(float)) / rounds
+    off_diagonal = pairs[~np.eye(n_clients, dtype=bool)]
+    assert abs(off_diagonal.mean() - q * q) < 0.1 * q * q
+    sizes = chosen.sum(axis=1)
+    counts = np.bincount(sizes, minlength=n_clients + 1)
+    pmf = stats.binom.pmf(np.arange(n_clients + 1), n_clients, q)
+    lumped = [(counts[:2].sum(), pmf[:2].sum())] + [(counts[k], pmf[k]) for k in range(2, 12)] + [
+        (counts[12:].sum(), pmf[12:].sum())]  # tails lumped so that every expected count is >= 5
+    observed, expected = np.array(lumped).T
+    assert stats.chisquare(observed, expected * rounds).pvalue > 1e-3
+    fixed = {FedAvg().configure_fit(round, n_clients, q, 5).size for round in range(50)}
+    assert fixed == {6}  # round(0.15 * 40): fixed sampling draws exactly m every round
+    with pytest.raises(ValueError, match="sampling must be one of fixed, poisson"):
+        FedAvg().configure_fit(0, n_clients, q, 5, "bernoulli")
+
+
+class Participants:
+    """A hook that keeps, on every rank, the clients that train in each round (``begin_round``)."""
+
+    def __init__(self):
+        self.rounds = []
+
+    def begin_round(self, round, participants):
+        self.rounds.append(list(participants))
+
+
+@pytest.mark.mpi
+@pytest.mark.many_ranks  # the sampled clients are spread over the ranks differently at each rank count
+@pytest.mark.timeout(60)
+def test_poisson_sampled_clients_are_the_same_at_any_rank_count(comm):
+    parts = clients("dirichlet", n_clients=25, alpha=0.3)
+    options = dict(fraction=0.3, client_sampling="poisson", rounds=5, lr=0.05, dropout=0.2, stragglers=0.3, seed=4)
+    here, alone = Participants(), Participants()
+    distributed = run_federated(softmax(), parts, "fedavg", comm, hooks=[here], **options)
+    single = run_federated(softmax(), parts, "fedavg", MPI.COMM_SELF, hooks=[alone], **options)
+    assert here.rounds == alone.rounds and comm.allgather(here.rounds) == [here.rounds] * comm.size
+    assert distributed.history["sampled"] == single.history["sampled"]
+    assert len(set(distributed.history["sampled"])) > 1  # the round's size varies: Poisson, not m of K
+    assert np.array_equal(distributed.params, single.params) and same_on_every_rank(comm, distributed.params)
+    assert distributed.info["sampling"] == "poisson: each client with probability 0.3, 7.5 expected"
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedsgd_with_poisson_sampling_steps_on_the_sampled_clients_rows_and_keeps_the_model_in_an_empty_round(comm):
+    # reference: FedSGD weights the sampled clients by n_k over the sampled ones, so a round is one gradient step
+    # on the pooled rows of the clients that round sampled; a round that samples none keeps the model (also with
+    # server momentum)
+    parts, model, lr = clients("quantity"), softmax(), 0.5
+    seen = Participants()
+    options = dict(fraction=0.15, client_sampling="poisson", rounds=8, lr=lr, seed=9)
+    result = run_federated(model, parts, "fedsgd", comm, hooks=[seen], **options)
+    sizes = [len(chosen) for chosen in seen.rounds]
+    assert sizes == result.history["sampled"] and 0 in sizes and max(sizes) >= 2, sizes
+    w = model.init_params(9)
+    for chosen in seen.rounds:
+        if chosen:
+            w = w - lr * model.loss_and_grad(w, np.concatenate([parts[k][0] for k in chosen]),
+                                             np.concatenate([parts[k][1] for k in chosen]))[1]
+    assert np.linalg.norm(result.params - w) <= 1e-12 * np.linalg.norm(w)
+    empty = [round for round, size in enumerate(sizes) if size == 0]
+    assert all(result.history["note"][round] == "no client was sampled; the model is kept" for round in empty)
+    assert all(result.history["loss"][round] is None for round in empty)
+    assert all(note is None for round, note in enumerate(result.history["note"]) if round not in empty)
+    nobody = run_federated(model, parts, "fedavg", comm, strategy_options={"server_momentum": 0.9},
+                           **dict(options, fraction=0.001, rounds=2))
+    assert nobody.history["sampled"] == [0, 0] and np.array_equal(nobody.params, model.init_params(9))
+
+
 class FailFor:
     """A hook that raises for one client: a client whose local work fails."""
 
@@ -259,6 +343,8 @@ def test_hooks_see_every_update_and_the_aggregate_in_order():
 def test_bad_settings_raise_the_same_error_on_every_rank(comm):
     for options, message in (({"fraction": 0.0}, "fraction must be in (0, 1]"),
                              ({"rounds": 1, "stepsize": 1}, "unknown federated setting(s) 'stepsize'"),
+                             ({"client_sampling": "uniform"},
+                              "client_sampling must be one of fixed, poisson, got 'uniform'"),
                              ({"strategy": "fedfoo"}, "strategy must be one of fedavg, fedsgd, fedprox, fednova")):
         options = dict(options)
         strategy = options.pop("strategy", "fedavg")
@@ -320,6 +406,9 @@ def test_a_run_resumed_at_a_round_boundary_matches_an_uninterrupted_one_bit_for_
     with pytest.raises(CollectiveError, match="belongs to another problem"):
         run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=7, checkpoint=path,
                       **dict(options, lr=0.1))
+    with pytest.raises(CollectiveError, match="client_sampling was 'fixed', now 'poisson'"):
+        run_federated(softmax(), parts, "fedprox", comm, strategy_options=momentum, rounds=7, checkpoint=path,
+                      **dict(options, client_sampling="poisson"))
 
 
 def test_result_writes_json_and_csv(tmp_path):

@@ -70,13 +70,15 @@ def test_dp_clips_every_update_and_adds_the_seeded_noise_to_the_sum_over_the_exp
 @needs_dp_accounting
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
-def test_dp_epsilon_per_round_is_the_accountants_and_the_model_is_the_same_at_any_rank_count(comm):
-    options = dict(COMMON, dropout=0.2, stragglers=0.3, fraction=0.25)
+@pytest.mark.parametrize("client_sampling", ["fixed", "poisson"])
+def test_dp_epsilon_per_round_is_the_accountants_and_the_model_is_the_same_at_any_rank_count(comm, client_sampling):
+    options = dict(COMMON, dropout=0.2, stragglers=0.3, fraction=0.25, client_sampling=client_sampling)
     result = run_federated(softmax(), PARTS, "fedprox", comm, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)], **options)
     single = run_federated(softmax(), PARTS, "fedprox", MPI.COMM_SELF, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)],
                            **options)
     assert np.array_equal(result.params, single.params)
-    accountant = DPAccountant(NOISE, delta=DELTA, sample_size=3, population=12)  # 0.25 of 12, without replacement
+    accountant = (DPAccountant(NOISE, delta=DELTA, sample_size=3, population=12) if client_sampling == "fixed"
+                  else DPAccountant(NOISE, 0.25, DELTA))  # 0.25 of 12 without replacement, or each with q = 0.25
     assert result.history["epsilon"] == [accountant.epsilon(rounds) for rounds in range(1, 5)]
     assert all(a < b for a, b in zip(result.history["epsilon"], result.history["epsilon"][1:]))
     assert sum(result.history["dropped"]) + sum(result.history["stragglers"]) > 0  # they still count as rounds
@@ -114,6 +116,81 @@ def test_dp_accounts_and_scales_by_the_number_of_clients_really_sampled(comm, n_
     np.testing.assert_allclose(result.params - start, (clipped_sum + noise) / sampled, rtol=0, atol=1e-12)
     assert result.history["epsilon"] == [replace_one_epsilon(1.0, sampled, n_clients, 1, DELTA)]
     assert dp.sampled == sampled
+
+
+def poisson_epsilon(noise_multiplier, sampling_rate, rounds, delta):
+    """dp-accounting called directly: each client in a round with probability q (Poisson), add or remove one
+    client, so the sum of clipped updates has sensitivity S and the noise multiplier is z."""
+    import dp_accounting
+    import dp_accounting.rdp
+    accountant = dp_accounting.rdp.RdpAccountant(
+        neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(
+        sampling_rate, dp_accounting.GaussianDpEvent(noise_multiplier)), rounds)
+    return accountant.get_epsilon(delta)
+
+
+class Directions:
+    """A hook after DPHook that keeps each round's server direction Delta, rounds without clients included."""
+    transforms_empty_rounds = True
+
+    def __init__(self):
+        self.deltas = []
+
+    def transform_aggregate(self, delta, round, updates):
+        self.deltas.append(delta.copy())
+        return delta
+
+
+# q K below 1 (0.2: most rounds sample no client), non-integer above 1 (1.5, 4.2)
+@needs_dp_accounting
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("n_clients, fraction", [(20, 0.01), (30, 0.05), (14, 0.3)])
+def test_dp_with_poisson_sampling_accounts_at_q_add_or_remove_and_divides_by_q_k(comm, n_clients, fraction):
+    parts = split_clients(X, Y, partition("iid", Y, n_clients, 1))
+    recorder, dp, directions, rounds = Recorder(), DPHook(CLIP, 1.0, DELTA, seed=3), Directions(), 3
+    start = softmax().init_params(0)
+    result = run_federated(softmax(), parts, "fedavg", comm, hooks=[dp, recorder, directions], fraction=fraction,
+                           client_sampling="poisson", rounds=rounds, lr=0.5, seed=0)
+    assert result.history["epsilon"] == [poisson_epsilon(1.0, fraction, t, DELTA) for t in range(1, rounds + 1)]
+    assert dp.denominator == fraction * n_clients and dp.accountant.neighbouring == "add or remove one"
+    # each round's Delta is (the sum of the clipped updates + the round's seeded noise) / (q K), on every rank,
+    # whoever was sampled (none, in most rounds at q K = 0.2)
+    params = start
+    for round, delta in enumerate(directions.deltas):
+        mine = [update.delta for (t, _), update in recorder.updates.items() if t == round]
+        clipped_sum = np.sum(comm.allgather(np.sum(mine, axis=0) if mine else np.zeros_like(start)), axis=0)
+        noise = 1.0 * CLIP * random_stream(3, "dp-noise", round).standard_normal(start.size)
+        np.testing.assert_allclose(delta, (clipped_sum + noise) / (fraction * n_clients), rtol=0, atol=1e-12)
+        params = params + delta
+    assert len(directions.deltas) == rounds and np.array_equal(result.params, params)
+    reporting = [sum(1 for (t, _) in recorder.updates if t == round) for round in range(rounds)]
+    assert [sum(counts) for counts in zip(*comm.allgather(reporting))] == result.history["sampled"]
+    if fraction * n_clients > 1:
+        assert sum(result.history["sampled"]) > 0
+
+
+@needs_dp_accounting
+def test_dp_with_poisson_sampling_adds_the_noise_in_a_round_that_sampled_no_client_as_algorithm_1_does():
+    # McMahan et al. 2018, Algorithm 1: theta_{t+1} = theta_t + Delta_{t+1} + N(0, sigma^2 I), sigma = z S / (q W)
+    # with W = K (unit weights), whatever the round's sample C^t is, so an empty round moves the model by the noise
+    options = dict(fraction=0.001, client_sampling="poisson", rounds=3, lr=0.05, seed=9)
+    plain = run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, **options)
+    private = run_federated(softmax(), PARTS, "fedavg", MPI.COMM_SELF, hooks=[DPHook(CLIP, NOISE, DELTA, seed=4)],
+                            **options)
+    start = softmax().init_params(9)
+    assert private.history["sampled"] == [0, 0, 0] and plain.history["sampled"] == [0, 0, 0]
+    assert np.array_equal(plain.params, start)
+    assert plain.history["note"] == ["no client was sampled; the model is kept"] * 3
+    expected = start
+    for round in range(3):
+        expected = expected + NOISE * CLIP * random_stream(4, "dp-noise", round).standard_normal(start.size) / (
+            0.001 * len(PARTS))
+    np.testing.assert_allclose(private.params, expected, rtol=0, atol=1e-9)
+    assert private.history["note"] == ["no client was sampled; the model takes DPHook's step alone"] * 3
+    assert private.history["epsilon"] == [poisson_epsilon(NOISE, 0.001, t, DELTA) for t in (1, 2, 3)]
+    assert private.history["loss"] == [None] * 3
 
 
 @needs_dp_accounting

@@ -133,7 +133,7 @@ def test_epsilon_grows_with_rounds_and_sampling_rate_and_falls_with_noise():
 @needs_dp_accounting
 def test_accountant_describes_a_round_and_rejects_bad_settings():
     line = DPAccountant(1.1, 0.01, 1e-5).describe(1000)
-    assert line.startswith("round 1000: (epsilon=1.712, delta=1e-05)-DP [rdp")
+    assert line == "round 1000: (epsilon=1.712, delta=1e-05)-DP [rdp, z=1.1, Poisson q=0.01, add or remove one]"
     with pytest.raises(ValueError, match="sampling_rate must be in"):
         DPAccountant(1.1, 0.0, 1e-5)
     with pytest.raises(ValueError, match="method must be one of rdp, pld"):
@@ -182,6 +182,22 @@ def test_fixed_sample_accountant_is_dp_accountings_replace_one_without_replaceme
     assert accountant.neighbouring == "replace one" and accountant.sampling == "without replacement"
     if sample_size < population:  # Poisson accounting at q = m / K (sensitivity S) is below what a data set reaches
         assert DPAccountant(noise, sample_size / population, delta).epsilon(rounds) < worst_case
+
+
+# docs/federated.md's table (z = 1, T = 100, delta = 1e-5): the K = 20, fraction 0.01 (m = 1) and K = 30,
+# fraction 0.05 (m = 2), fixed sampling (replace one) and Poisson sampling (add or remove one) at q = fraction and at
+# q = m / K (as many clients a round on average as fixed sampling takes)
+@needs_dp_accounting
+@pytest.mark.parametrize("population, fraction, sample_size, fixed, poisson, poisson_at_m_over_k", [
+    (20, 0.01, 1, 34.26, 1.214, 4.039), (30, 0.05, 2, 49.69, 4.039, 5.311)])
+def test_the_documented_epsilons_of_both_samplings(population, fraction, sample_size, fixed, poisson,
+                                                   poisson_at_m_over_k):
+    rounds, delta = 100, 1e-5
+    assert DPAccountant(1.0, delta=delta, sample_size=sample_size, population=population).epsilon(rounds) == \
+        pytest.approx(fixed, abs=0.005)
+    assert DPAccountant(1.0, fraction, delta).epsilon(rounds) == pytest.approx(poisson, abs=5e-4)
+    assert DPAccountant(1.0, sample_size / population, delta).epsilon(rounds) == pytest.approx(poisson_at_m_over_k,
+                                                                                                abs=5e-4)
 
 
 @needs_dp_accounting

@@ -3,24 +3,34 @@
 ``DPHook`` is DP-FedAvg (McMahan, Ramage, Talwar, Zhang, ICLR 2018,
 Algorithm 1 with the fixed-denominator estimator), built on :mod:`.privacy`:
 
-    Delta = (sum_{k reporting} clip(delta_k, S) + N(0, (z S)^2 I)) / m
+    Delta = (sum_{k reporting} clip(delta_k, S) + N(0, (z S)^2 I)) / D
 
-with m = ``strategy.sample_size(K, fraction)`` = max(1, round(fraction K))
-the clients sampled each round (without replacement) of the K.  The runner's
-FedAvg average weights client k by n_k / sum n_j, whose sensitivity to one
-client is not that of a sum, so the accountant's guarantee would not hold.
-The hook therefore replaces it with the paper's estimator:
+with a denominator D fixed before the run, never the number that reported,
+and an accountant that matches the run's ``client_sampling``:
+
+* ``"fixed"`` (the default): D = m = ``strategy.sample_size(K, fraction)`` =
+  max(1, round(fraction K)), the clients sampled each round without
+  replacement; ``privacy.DPAccountant(z, delta=delta, sample_size=m,
+  population=K)`` under the replace-one relation (sensitivity 2 S; see
+  :mod:`.privacy` for why Poisson accounting at q = m / K would understate
+  epsilon here): valid, and conservative;
+* ``"poisson"`` (recommended with DP): each client in with probability q =
+  ``fraction``, D = q K (the paper's qW with unit weights, an unbiased
+  estimate of the mean), and ``privacy.DPAccountant(z, q, delta)``, the
+  Poisson-subsampled Gaussian under add or remove one client (sensitivity
+  S): the accountant's own assumption, tight.  The noise is added every
+  round, also when no client was sampled or none reported (Algorithm 1 adds
+  N(0, sigma^2 I) to theta whatever C^t is): ``transforms_empty_rounds``.
+
+The runner's FedAvg average weights client k by n_k / sum n_j, whose
+sensitivity to one client is not that of a sum, so the accountant's guarantee
+would not hold.  The hook therefore replaces it with the paper's estimator:
 ``transform_update`` clips the update and sets its weight to 1 (the strategy
 then averages uniformly, and the round's reported loss is the uniform mean
 over the reporting clients), ``transform_aggregate`` turns the uniform mean
 of the r reporting clients back into their sum (times r), adds the noise once
-and divides by m, the number sampled (public, since K is), not by r (which
-would depend on who reported).  Each round is then the Gaussian mechanism on
-the sum of clipped updates, on m of the K clients sampled without
-replacement; ``privacy.DPAccountant(z, delta=delta, sample_size=m,
-population=K)`` composes it over the rounds run so far under the replace-one
-relation (sensitivity 2 S; see :mod:`.privacy` for why Poisson accounting at
-q = m / K would understate epsilon here).  This holds for the strategies that
+and divides by D.  K, and with it D, is public (the run prints it): dividing
+the noisy sum by it is post-processing.  This holds for the strategies that
 average (fedavg, fedsgd, fedprox); FedNova's step-normalized average is
 refused.  Dropped, straggling and failed clients do not change the
 accounting: each round counts once, whoever reported (they only leave
@@ -70,10 +80,12 @@ class DPHook:
 
     ``delta`` is the accountant's delta, ``seed`` the noise's seed
     (``random_stream(seed, "dp-noise", round)``), ``accountant`` "rdp" or
-    "pld" (pld only when every client is sampled, m = K).  ``sampled`` is
-    m, ``epsilon()`` epsilon at ``delta`` after the rounds run so far under
-    the replace-one relation; ``clipped_norms`` holds this rank's clients'
-    norms before clipping in the last round (client -> norm).
+    "pld" (pld with fixed sampling only when every client is sampled, m = K).
+    ``denominator`` is D (m, or q K with Poisson sampling; module docstring),
+    ``sampled`` m (None with Poisson sampling),
+    ``epsilon()`` epsilon at ``delta`` after the rounds run so far;
+    ``clipped_norms`` holds this rank's clients' norms before clipping in the
+    last round (client -> norm).
     """
 
     def __init__(self, clip_norm, noise_multiplier, delta=1e-5, seed=0, accountant="rdp"):
@@ -82,7 +94,8 @@ class DPHook:
             raise ValueError(problem)
         self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
         self.seed, self.method = seed, accountant
-        self.accountant, self.sampled, self.rounds, self.clipped_norms = None, None, 0, {}
+        self.accountant, self.denominator, self.rounds, self.clipped_norms = None, None, 0, {}
+        self.sampled, self.transforms_empty_rounds = None, False
 
     def __repr__(self):
         return (f"DPHook(clip_norm={self.clip_norm}, noise_multiplier={self.noise_multiplier}, delta={self.delta}, "
@@ -93,10 +106,15 @@ class DPHook:
         problem = _strategy_problem(self, strategy)
         if problem:
             return problem
-        self.sampled = strategy.sample_size(n_clients, settings.fraction)
+        poisson = settings.client_sampling == "poisson"
+        self.sampled = None if poisson else strategy.sample_size(n_clients, settings.fraction)
+        self.denominator = settings.fraction * n_clients if poisson else self.sampled
+        self.transforms_empty_rounds = poisson
         try:
-            self.accountant = DPAccountant(self.noise_multiplier, delta=self.delta, method=self.method,
-                                           sample_size=self.sampled, population=n_clients)
+            self.accountant = (DPAccountant(self.noise_multiplier, settings.fraction, self.delta, self.method)
+                               if poisson else
+                               DPAccountant(self.noise_multiplier, delta=self.delta, method=self.method,
+                                            sample_size=self.sampled, population=n_clients))
         except (ValueError, ImportError) as error:
             return f"{self!r}: {error}"
         return None
@@ -110,12 +128,12 @@ class DPHook:
         return dataclasses.replace(update, delta=clipped, weight=1.0)
 
     def transform_aggregate(self, delta, round, updates):
-        """(the sum of the r clipped updates + N(0, (z S)^2 I)) / m, from their uniform mean ``delta``."""
-        if len(updates) > self.sampled:
+        """(the sum of the r clipped updates + N(0, (z S)^2 I)) / D, from their uniform mean ``delta``."""
+        if self.sampled is not None and len(updates) > self.sampled:
             raise RuntimeError(f"{len(updates)} clients reported in round {round}, but the accountant counts "
                                f"{self.sampled} sampled")
         noisy_sum = add_gaussian_noise(delta * len(updates), self.clip_norm, self.noise_multiplier, self.seed, round)
-        return noisy_sum / self.sampled
+        return noisy_sum / self.denominator
 
     def epsilon(self):
         return self.accountant.epsilon(self.rounds)

@@ -16,10 +16,12 @@ fixed-denominator estimator, as TensorFlow Federated's DP aggregators do:
 of two samplings, each with its own neighbouring relation:
 
 * **Poisson sampling** with rate q (each client independently; the paper's
-  Algorithm 1), **add or remove one client**: the sum has sensitivity S, and
+  Algorithm 1, ``run_federated``'s ``client_sampling="poisson"`` with q =
+  ``fraction``), **add or remove one client**: the sum has sensitivity S, and
   one round is the Poisson-subsampled Gaussian with noise multiplier z;
-* **a fixed number m of the K clients, without replacement** (what
-  ``run_federated`` does: ``max(1, round(fraction K))`` clients a round),
+* **a fixed number m of the K clients, without replacement**
+  (``run_federated``'s default ``client_sampling="fixed"``:
+  ``max(1, round(fraction K))`` clients a round),
   **replace one client** (K and m are public; the run prints them).
   Replacing client k's clipped update u by u' moves the sum by
   ||u - u'|| <= 2 S, so the Gaussian mechanism on the sum has noise
@@ -194,8 +196,9 @@ class DPAccountant:
             return float(self._accountant.get_epsilon(self.delta))
 
     def describe(self, rounds):
-        """One line for the round log: ``round 10: (epsilon=0.58, delta=1e-05)-DP [rdp, z=1.1, q=0.01]``."""
-        sampling = (f"q={self.sampling_rate:g}" if self.sample_size is None else
+        """One line for the round log: ``round 10: (epsilon=0.58, delta=1e-05)-DP [rdp, z=1.1, Poisson q=0.01, add or
+        remove one]``."""
+        sampling = (f"Poisson q={self.sampling_rate:g}, add or remove one" if self.sample_size is None else
                     f"{self.sample_size} of {self.population} clients without replacement, replace one")
         return (f"round {rounds}: (epsilon={self.epsilon(rounds):.4g}, delta={self.delta:g})-DP "
                 f"[{self.method}, z={self.noise_multiplier:g}, {sampling}]")

@@ -4,8 +4,9 @@ Placement: client k lives on rank ``k % p`` (round-robin, so every rank gets
 a share of any sampled subset); ``clients[k]`` is read only there, so
 ``clients`` may be a lazy sequence.  Each round t:
 
-1. ``strategy.configure_fit(t, K, C, seed)`` samples the clients (the same on
-   every rank);
+1. ``strategy.configure_fit(t, K, C, seed, client_sampling)`` samples the
+   clients (the same on every rank): max(1, round(C K)) of them ("fixed"), or
+   each with probability C ("poisson"; possibly none);
 2. each rank runs its sampled clients in turn, in client order: a client
    drops out with probability p (``random_stream(seed, "dropout", t, k)``),
    is a straggler with probability s (``random_stream(seed, "straggler", t,
@@ -27,8 +28,11 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    client and computes, in client order, Delta = ``strategy.aggregate_fit``
    (or the ``aggregate(updates, round)`` of the one hook that has it: a
    masked sum), then each hook's ``transform_aggregate(delta, round,
-   updates)`` (server noise), then ``strategy.server_update(params, delta)``.  No report: the
-   model is kept and the round's note says so.
+   updates)`` (server noise), then ``strategy.server_update(params, delta)``.  No report (none
+   sampled, or every sampled client dropped or failed): the model is kept and the round's note
+   says so, unless a hook has ``transforms_empty_rounds`` (DP-FedAvg under Poisson sampling,
+   whose noise is added every round): its ``transform_aggregate(zeros, round, [])`` is then the
+   round's Delta.
 
 Summing in client order makes the model the same bit for bit at any rank
 count (and on resume).  The price is the all-gather: each rank receives
@@ -76,8 +80,8 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     ``transform_aggregate(delta, round, updates) -> delta``, ``epsilon()``,
     ``state_dict()``/``load_state_dict(state)``, ``setup(strategy, n_clients,
     settings) -> problem``, ``begin_round(round, participants)``,
-    ``aggregate(updates, round) -> delta`` (see docs/federated.md and
-    :mod:`.hooks`).
+    ``aggregate(updates, round) -> delta``, ``transforms_empty_rounds`` (see
+    docs/federated.md and :mod:`.hooks`).
     Settings: :class:`FederatedSettings`.  Returns a :class:`FederatedResult`,
     the same on every rank; bad settings or data raise the same
     CollectiveError on every rank.
@@ -212,7 +216,7 @@ class Federation:
 
     def round(self, round, signals):
         s = self.settings
-        sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed)
+        sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed, s.client_sampling)
         starters = [hook for hook in self.hooks if hasattr(hook, "begin_round")]
         if starters:
             participants = [int(k) for k in sampled if self.fate(round, int(k))[0] is None]
@@ -222,18 +226,22 @@ class Federation:
         if report.failures and not s.tolerate_failures:
             raise CollectiveError({f["client"] % self.comm.size: f"client {f['client']} failed in round {round}: "
                                    f"{f['error']} (tolerate_failures=True leaves it out)" for f in report.failures})
-        updates, note = report.updates, None
+        updates, loss, note = report.updates, None, None
+        transforms = [hook for hook in self.hooks if hasattr(hook, "transform_aggregate")
+                      and (updates or getattr(hook, "transforms_empty_rounds", False))]
         if updates:
             aggregators = [hook for hook in self.hooks if hasattr(hook, "aggregate")]
             delta = aggregators[0].aggregate(updates, round) if aggregators else self.strategy.aggregate_fit(updates)
-            for hook in self.hooks:
-                if hasattr(hook, "transform_aggregate"):
-                    delta = hook.transform_aggregate(delta, round, updates)
-            self.params = self.strategy.server_update(self.params, delta)
             total = sum(update.weight for update in updates)
             loss = sum(update.weight / total * update.loss for update in updates)
         else:
-            loss, note = None, "no client reported; the model is kept"
+            delta = np.zeros_like(self.params)
+            kept = f"the model takes {type(transforms[0]).__name__}'s step alone" if transforms else "the model is kept"
+            note = f"no client {'was sampled' if len(sampled) == 0 else 'reported'}; {kept}"
+        for hook in transforms:
+            delta = hook.transform_aggregate(delta, round, updates)
+        if updates or transforms:
+            self.params = self.strategy.server_update(self.params, delta)
         self.record(round, sampled, report, loss, note)
         return report
 
@@ -290,8 +298,9 @@ class Federation:
         s = self.settings
         return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
                 "data": digest.hexdigest(), "strategy": repr(self.strategy),
-                **{name: getattr(s, name) for name in ("fraction", "local_epochs", "batch_size", "lr", "momentum",
-                                                       "seed", "dropout", "stragglers", "tolerate_failures")}}
+                **{name: getattr(s, name) for name in ("fraction", "client_sampling", "local_epochs", "batch_size",
+                                                       "lr", "momentum", "seed", "dropout", "stragglers",
+                                                       "tolerate_failures")}}
 
     def use_checkpoint(self, path):
         self.checkpointer = Checkpointer(path, self.comm, self.fingerprint(), FORMAT, "federated")
@@ -356,8 +365,15 @@ class Federation:
         return {"ranks": self.comm.size, "model": repr(self.model), "n_params": self.model.n_params,
                 "strategy": self.strategy.name, "strategy_options": self.strategy.options(),
                 "keeps_stragglers": self.strategy.keeps_stragglers, "clients": self.n_clients, "client_rows": rows,
-                "placement": "client k on rank k % ranks", "reducer": self.reducer.name,
+                "placement": "client k on rank k % ranks", "reducer": self.reducer.name, "sampling": self.sampling(),
                 "settings": self.settings.as_dict(), "resumed_at": resumed_at}
+
+    def sampling(self):
+        """How each round's clients are drawn, in words (the banner and ``info``)."""
+        s, n_clients = self.settings, self.n_clients
+        if s.client_sampling == "poisson":
+            return f"poisson: each client with probability {s.fraction:g}, {s.fraction * n_clients:g} expected"
+        return f"{self.strategy.sample_size(n_clients, s.fraction)} of {n_clients} without replacement"
 
     def close(self):
         if self.owns_reducer:
@@ -379,8 +395,9 @@ def banner_lines(info, settings, setup):
             f"{'keeps' if info['keeps_stragglers'] else 'drops'} stragglers",
             f"clients:   {info['clients']} on {info['ranks']} ranks (client k on rank k % {info['ranks']}); "
             f"{sum(rows)} rows, {min(rows)}-{max(rows)} per client",
-            f"rounds:    {settings.rounds}, fraction {settings.fraction}, E={settings.local_epochs}, "
-            f"B={settings.batch_size}, lr={settings.lr}; dropout {settings.dropout}, stragglers {settings.stragglers}",
+            f"rounds:    {settings.rounds}, fraction {settings.fraction} ({info['sampling']}), "
+            f"E={settings.local_epochs}, B={settings.batch_size}, lr={settings.lr}; dropout {settings.dropout}, "
+            f"stragglers {settings.stragglers}",
             f"setup:     {setup:.3f} s" + (f"; resumed at round {info['resumed_at']}" if info["resumed_at"] else "")]
 
 

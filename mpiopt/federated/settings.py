@@ -1,12 +1,19 @@
 """Settings of a federated run, validated once on every rank (mpiopt.core.settings).
 
 Defaults live here and nowhere else; they are McMahan et al.'s usual
-choices scaled to small data (C = 0.1, E = 1, B = 10).
+choices scaled to small data (C = 0.1, E = 1, B = 10).  ``client_sampling``
+is how the C share is drawn each round: "fixed" (the default) samples exactly
+max(1, round(C K)) of the K clients without replacement; "poisson" includes
+each client independently with probability C (McMahan et al. 2018's DP-FedAvg,
+whose accountant assumes it), so a round has C K clients on average and may
+have none.
 """
 import dataclasses
 
 from ..collectives import REDUCERS, Reducer
 from ..core.settings import Settings, is_integer, is_number
+
+CLIENT_SAMPLINGS = ("fixed", "poisson")
 
 
 def local_training_checks(settings):
@@ -27,7 +34,8 @@ class FederatedSettings(Settings):
     label = "federated"
 
     rounds: int = 10               # communication rounds (counted from the first run when resumed)
-    fraction: float = 0.1          # C: the share of the K clients sampled each round (at least one)
+    fraction: float = 0.1          # C: the share of the K clients sampled each round
+    client_sampling: str = "fixed"  # "fixed": max(1, round(C K)) of the K; "poisson": each client with probability C
     local_epochs: int = 1          # E: passes over its rows a client makes each round
     batch_size: int = 10           # B: rows per local step; None: all of a client's rows
     lr: float = 0.01               # the clients' SGD learning rate
@@ -48,6 +56,8 @@ class FederatedSettings(Settings):
         return [
             (integer(self.rounds) and self.rounds >= 0, f"rounds must be an integer >= 0, got {self.rounds!r}"),
             (number(self.fraction) and 0 < self.fraction <= 1, f"fraction must be in (0, 1], got {self.fraction!r}"),
+            (self.client_sampling in CLIENT_SAMPLINGS,
+             f"client_sampling must be one of {', '.join(CLIENT_SAMPLINGS)}, got {self.client_sampling!r}"),
             *local_training_checks(self),
             (number(self.dropout) and 0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout!r}"),
             (number(self.stragglers) and 0 <= self.stragglers <= 1,

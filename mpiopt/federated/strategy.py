@@ -8,11 +8,14 @@ its weight ``n_k`` (rows of local data), its number of local steps
 gradients in delta_k (tau_k for plain SGD; see FedNova); with ``p_k = n_k / sum_j n_j`` over the reporting clients, a
 strategy gives
 
-* ``configure_fit(round, n_clients, fraction, seed)``: the sampled clients,
+* ``configure_fit(round, n_clients, fraction, seed, sampling="fixed")``: the
+  sampled clients, sorted, drawn from ``random_stream(seed, "sample", round)``
+  (the same at any rank count): with ``sampling="fixed"``
   m = ``sample_size(K, fraction)`` = ``max(1, round(fraction K))`` of the K
-  without replacement, uniformly, drawn from
-  ``random_stream(seed, "sample", round)`` (the same at any rank count),
-  sorted;
+  without replacement, uniformly; with ``sampling="poisson"`` each client k
+  independently with probability ``fraction`` (client k is in when the k-th
+  of K uniform draws is below it), so a round has fraction K clients on
+  average and may have none;
 * ``local_epochs(epochs)``, ``local_batch_size(batch_size)``: what the
   clients run (FedSGD: one epoch of one full batch);
 * ``local_gradient(grad, params, global_params)``: the gradient of the local
@@ -32,6 +35,7 @@ import numpy as np
 
 from ..core.random import random_stream
 from ..core.settings import is_number
+from .settings import CLIENT_SAMPLINGS
 
 
 @dataclasses.dataclass
@@ -71,8 +75,13 @@ class Strategy:
         """m = max(1, round(fraction K)) (halves rounded up, at most K): how many clients ``configure_fit`` samples."""
         return min(n_clients, max(1, int(round_half_up(fraction * n_clients))))
 
-    def configure_fit(self, round, n_clients, fraction, seed):
-        """The sorted ids of the ``sample_size`` clients sampled in ``round``."""
+    def configure_fit(self, round, n_clients, fraction, seed, sampling="fixed"):
+        """The sorted ids of the clients sampled in ``round``: ``sample_size`` of them ("fixed"), or each with
+        probability ``fraction`` ("poisson")."""
+        if sampling == "poisson":
+            return np.flatnonzero(random_stream(seed, "sample", round).random(n_clients) < fraction)
+        if sampling != "fixed":
+            raise ValueError(f"sampling must be one of {', '.join(CLIENT_SAMPLINGS)}, got {sampling!r}")
         count = self.sample_size(n_clients, fraction)
         if count == n_clients:
             return np.arange(n_clients)

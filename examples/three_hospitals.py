@@ -1,6 +1,7 @@
 """Three hospitals, one logistic model: central training, FedAvg, FedProx and consensus ADMM side by side.
 
     mpiexec -n 3 python -m mpi4py examples/three_hospitals.py [--output three_hospitals.json]
+        [--rounds 50] [--client-sampling fixed|poisson]
 
 Each MPI rank is one hospital ("site") holding its own patients of
 scikit-learn's breast-cancer data (569 tumours, 30 features); nothing but
@@ -23,7 +24,10 @@ held-out test set of each site's patients, and by its communication rounds.
   epochs of SGD from the global model and the server averages.
 
 Then the same with site C dropping out of half the rounds, and FedAvg with
-client-level differential privacy (DP-FedAvg) at two noise levels.
+client-level differential privacy (DP-FedAvg) at two noise levels.  Every
+site takes part in every round (fraction 1): ``--client-sampling`` changes
+no model, only the DP accounting (fixed: replace one site; poisson, at
+q = 1: add or remove one site; docs/federated.md).
 """
 import argparse
 import json
@@ -103,7 +107,7 @@ class SiteOutage:
         return update
 
 
-def federated(sites, comm, strategy, options, rounds, outage=False, dp=None):
+def federated(sites, comm, strategy, options, rounds, outage=False, dp=None, client_sampling="fixed"):
     """FedAvg or FedProx with the three sites as the clients, all of them asked every round;
     ``dp``: (clip norm, noise multiplier) for client-level differential privacy (DP-FedAvg)."""
     from mpiopt.federated import DPHook, run_federated
@@ -115,7 +119,8 @@ def federated(sites, comm, strategy, options, rounds, outage=False, dp=None):
     hooks = ((SiteOutage(2),) if outage else ()) + ((DPHook(dp[0], dp[1], delta=1e-5, seed=0),) if dp else ())
     start = time.perf_counter()
     result = run_federated(model, clients, strategy, comm, strategy_options=options, test_data=(X_test, y_test),
-                           rounds=rounds, fraction=1.0, local_epochs=5, batch_size=16, lr=0.1, seed=0,
+                           rounds=rounds, fraction=1.0, client_sampling=client_sampling, local_epochs=5,
+                           batch_size=16, lr=0.1, seed=0,
                            tolerate_failures=outage, hooks=hooks)
     return result.params, {"seconds": time.perf_counter() - start, "rounds": result.rounds,
                            "failed_rounds": sum(1 for f in result.history["failures"] if f),
@@ -126,6 +131,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50, help="federated rounds")
     parser.add_argument("--output", default="three_hospitals.json")
+    parser.add_argument("--client-sampling", choices=("fixed", "poisson"), default="fixed",
+                        help="how the sites of a round are drawn (fraction 1: every site either way); it sets the "
+                             "DP accounting: replace one site (fixed) or add or remove one (poisson)")
     args = parser.parse_args(argv)
     from mpiopt.core.io import check_writable
     comm = MPI.COMM_WORLD
@@ -162,7 +170,8 @@ def main(argv=None):
 
     for clip, noise in ((1.0, 0.1), (1.0, 1.0)):
         runs[f"FedAvg + DP (S = {clip}, z = {noise})"] = federated(sites, comm, "fedavg", {}, args.rounds,
-                                                                  dp=(clip, noise))
+                                                                  dp=(clip, noise),
+                                                                  client_sampling=args.client_sampling)
 
     reference = objective(runs["central"][0], X_train, y_train)
     table = []
@@ -181,7 +190,8 @@ def main(argv=None):
             print(f"| {row['method']} | {row['objective']:.6f} | {row['relative_gap']:.1e} | "
                   f"{row['test_accuracy']:.3f} | {sites_text} | {row['rounds']} | {epsilon} |")
         from mpiopt.core.io import write_json
-        write_json(args.output, {"example": "three_hospitals", "lam": LAM, "rounds": args.rounds, "runs": table})
+        write_json(args.output, {"example": "three_hospitals", "lam": LAM, "rounds": args.rounds,
+                                 "client_sampling": args.client_sampling, "runs": table})
         print(f"\nJSON written to {args.output}")
     return 0
 

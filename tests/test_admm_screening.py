@@ -117,7 +117,7 @@ def test_screening_removes_features_near_the_optimum():
 
 # -- solves with screening equal those without --------------------------------------------------------------
 
-TIGHT = dict(eps_abs=1e-10, eps_rel=1e-10, max_iter=20000)
+TIGHT = dict(eps_abs=1e-9, eps_rel=1e-9, max_iter=20000)  # tighter makes the logistic x-steps stall (L-BFGS)
 
 
 @pytest.mark.mpi

@@ -361,6 +361,7 @@ def _add_federated(commands):
     from .collectives import REDUCERS
     from .core.registry import names
     from .federated import FederatedSettings
+    from .federated.settings import CLIENT_SAMPLINGS
     defaults = FederatedSettings()
     federated = commands.add_parser(
         "federated", help="federated learning: K virtual clients over the ranks, FedAvg, FedSGD, FedProx, FedNova",
@@ -389,6 +390,10 @@ def _add_federated(commands):
     group = federated.add_argument_group("rounds")
     group.add_argument("--rounds", type=int, default=defaults.rounds, help="(default %(default)s)")
     group.add_argument("--fraction", type=float, default=defaults.fraction, help="C (default %(default)s)")
+    group.add_argument("--client-sampling", choices=CLIENT_SAMPLINGS, default=defaults.client_sampling,
+                       help="fixed: max(1, round(C K)) clients a round, without replacement; poisson: each client "
+                            "with probability C (DP-FedAvg's accounting: Poisson, add or remove one client; "
+                            "recommended with --dp-clip) (default %(default)s)")
     group.add_argument("--local-epochs", type=int, default=defaults.local_epochs, help="E (default %(default)s)")
     group.add_argument("--batch-size", type=int, default=defaults.batch_size, help="B, 0 for all rows (default %(default)s)")
     group.add_argument("--lr", type=float, default=defaults.lr, help="client learning rate (default %(default)s)")
@@ -758,8 +763,8 @@ def run_federated(args, comm):
     check_collectively(comm, problem or model_problem or hooks_problem or _plot_problem(args.plot, comm))
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,
                       hooks=hooks,
-                      rounds=args.rounds, fraction=args.fraction, local_epochs=args.local_epochs,
-                      batch_size=args.batch_size or None, lr=args.lr, momentum=args.momentum, seed=args.seed,
+                      rounds=args.rounds, fraction=args.fraction, client_sampling=args.client_sampling,
+                      local_epochs=args.local_epochs, batch_size=args.batch_size or None, lr=args.lr, momentum=args.momentum, seed=args.seed,
                       dropout=args.dropout, stragglers=args.stragglers, tolerate_failures=args.tolerate_failures,
                       reducer=args.reducer, eval_every=args.eval_every, checkpoint=args.checkpoint,
                       checkpoint_every=args.checkpoint_every, verbose=not args.quiet, log_every=args.log_every)

@@ -36,6 +36,23 @@ def test_cli_federated_at_two_ranks_matches_the_python_api(tmp_path):
     assert np.array_equal(result["params"], direct.params)
 
 
+
+def test_cli_federated_client_sampling_poisson_is_the_python_apis(tmp_path):
+    output = tmp_path / "fed.json"
+    arguments = [*FEDERATED[:FEDERATED.index("--dropout")], "--client-sampling", "poisson"]
+    completed = run_mpi(2, *arguments, "--output", str(output))
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(output.read_text())
+    assert "poisson" in json.dumps(result["info"]["sampling"])
+    data = load_dataset("digits", MPI.COMM_SELF)
+    clients = split_clients(data.X_train, data.y_train, partition("dirichlet", data.y_train, 20, 0, alpha=0.5))
+    model = get_model("softmax", n_features=64, n_classes=10, alpha=0.0)
+    direct = run_federated(model, clients, "fedprox", MPI.COMM_SELF, strategy_options={"mu": 0.01}, fraction=0.3,
+                           rounds=4, local_epochs=2, batch_size=10, lr=0.05, client_sampling="poisson")
+    fixed = run_federated(model, clients, "fedprox", MPI.COMM_SELF, strategy_options={"mu": 0.01}, fraction=0.3,
+                          rounds=4, local_epochs=2, batch_size=10, lr=0.05)
+    assert np.array_equal(result["params"], direct.params) and not np.array_equal(direct.params, fixed.params)
+
 def test_cli_federated_resumes_from_its_checkpoint(tmp_path):
     checkpoint = tmp_path / "fed.ckpt.npz"
     straight = run_mpi(2, *FEDERATED, "--quiet", "--output", str(tmp_path / "straight.json"))

@@ -176,6 +176,7 @@ def test_server_momentum_is_fedavgm_and_defaults_to_plain_fedavg():
 
 # -- rank counts, faults --------------------------------------------------------------------------------
 @pytest.mark.mpi
+@pytest.mark.many_ranks  # the clients' ranks change with the rank count
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("strategy", ["fedavg", "fedprox", "fednova"])
 def test_any_rank_count_gives_the_single_process_model_bit_for_bit(comm, strategy):

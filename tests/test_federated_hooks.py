@@ -69,6 +69,7 @@ def test_dp_clips_every_update_and_adds_the_seeded_noise_to_the_sum_over_the_exp
 
 @needs_dp_accounting
 @pytest.mark.mpi
+@pytest.mark.many_ranks  # the clients' ranks change with the rank count
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("client_sampling", ["fixed", "poisson"])
 def test_dp_epsilon_per_round_is_the_accountants_and_the_model_is_the_same_at_any_rank_count(comm, client_sampling):
@@ -207,6 +208,7 @@ def test_dp_and_secure_aggregation_refuse_fednova_on_every_rank():
 
 # -- secure aggregation -----------------------------------------------------------------------------------
 @pytest.mark.mpi
+@pytest.mark.many_ranks  # the clients' ranks change with the rank count
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("strategy", ["fedavg", "fedprox"])
 def test_secure_aggregation_gives_the_unmasked_model_at_any_rank_count_with_drops_after_masking(comm, strategy):

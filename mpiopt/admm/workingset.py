@@ -53,7 +53,7 @@ from .. import __version__
 from ..collectives import Reducer, get_reducer
 from ..core import backend
 from ..core.checkpoint import Checkpointer
-from ..core.signals import SignalFlags
+from ..core.signals import SignalFlags, pending
 from .gap import column_norms, dual_point, gap_terms, sphere_test
 from .losses.squared import SquaredLossShard
 from .result import ADMMResult
@@ -333,8 +333,10 @@ def working_set_solve(problem, settings, threads, start, penalty_object, engine_
             if settings.time_limit and elapsed >= settings.time_limit:
                 status = "time_limit"
                 break
-            if checkpointer is not None and comm.allreduce(signals.take()[1], op=MPI.MAX) > 0:
-                status = "interrupted"  # SIGTERM between inner solves: the state above is on disk
+            # SIGTERM between inner solves: the state above is on disk.  The flags are read, not taken, so a
+            # SIGUSR1 that came during the certificate is left for the next inner solve to write its checkpoint.
+            if checkpointer is not None and comm.allreduce(float(pending()[1]), op=MPI.MAX) > 0:
+                status = "interrupted"
                 break
             outer += 1
             # 2. the next working set

@@ -10,10 +10,14 @@
 # Minimal configuration: no cgroups (proctrack/linuxproc, task/none), no
 # accounting (job state comes from squeue and scontrol), MpiDefault=pmi2, one
 # node sized from the CPUs this process may run on and the free memory, one
-# partition "debug".  The CPUs are counted with nproc without OMP_NUM_THREADS
-# and OMP_THREAD_LIMIT (plain nproc honours them: with the usual HPC setting
-# OMP_NUM_THREADS=1 it would make a 1-CPU node on which 2-task jobs never
-# start); nproc still honours the CPU affinity, unlike nproc --all.
+# partition "debug".  A requeued job may start again 11 s after its requeue
+# (AuthInfo=cred_expire=10: the lifetime of a job's credentials, which Slurm
+# waits out before it runs a requeued job again; its default, 120, kept a
+# requeued job pending for 121 s with Reason=BeginTime).  The CPUs are
+# counted with nproc without OMP_NUM_THREADS and OMP_THREAD_LIMIT (plain nproc
+# honours them: with the usual HPC setting OMP_NUM_THREADS=1 it would make a
+# 1-CPU node on which 2-task jobs never start); nproc still honours the CPU
+# affinity, unlike nproc --all.
 # Written to /etc/slurm/slurm.conf (the path sbatch reads by default); state
 # and logs under $MPIOPT_SLURM_STATE (default /var/tmp/mpiopt-slurm).
 set -euo pipefail
@@ -42,11 +46,13 @@ write_config() {
     cpus=$(cpu_count)
     memory=$(awk '/MemAvailable/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)
     mkdir -p "$STATE/ctld" "$STATE/spool" /etc/slurm
+    PREVIOUS_CONFIG=$(grep -v '^NodeName=' "$CONF" 2>/dev/null || true)  # the node's line: checked below
     cat > "$CONF" <<CONFIG
 # Written by mpiopt's slurm/local-slurm.sh: a one-node Slurm for testing.
 ClusterName=mpiopt-local
 SlurmctldHost=$NODE
 AuthType=auth/munge
+AuthInfo=cred_expire=10
 SlurmUser=root
 MpiDefault=pmi2
 ProctrackType=proctrack/linuxproc
@@ -70,6 +76,7 @@ MinJobAge=600
 NodeName=$NODE CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=debug Nodes=$NODE Default=YES MaxTime=INFINITE State=UP
 CONFIG
+    [ "$(grep -v '^NodeName=' "$CONF")" = "$PREVIOUS_CONFIG" ] || CONFIG_CHANGED=1
 }
 
 start_munge() {
@@ -99,6 +106,10 @@ start() {
     write_config
     start_munge
     require_running munged /var/log/munge/munged.log
+    if pgrep -x slurmctld >/dev/null && [ -n "${CONFIG_CHANGED:-}" ]; then
+        echo "local-slurm: warning: Slurm is already running with an older $CONF; apply the new one with:" \
+            "bash $0 stop && bash $0 start" >&2
+    fi
     pgrep -x slurmctld >/dev/null || slurmctld -i
     pgrep -x slurmd >/dev/null || slurmd
     sleep 0.5

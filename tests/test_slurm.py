@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_mpi
 from mpiopt.slurm import SlurmError, job_state, never_starts, render_script, submit, wait
-from mpiopt.slurm.jobs import parse_fields
+from mpiopt.slurm.jobs import FINISHED, parse_fields
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -221,26 +221,58 @@ def test_two_task_job_matches_the_direct_run(tmp_path):
     assert from_job["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]
 
 
+def _iterations_for(seconds, folder):
+    """Iterations of the requeue test's solve that take about ``seconds`` on this machine now, between 5000 and
+    100000: a 2000-iteration run measures them, on its second half (the first iterations cost more)."""
+    calibration = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "2000", "--working-set", "off",
+                          "--output", str(folder / "calibration.json"), timeout=300)
+    assert calibration.returncode == 0, calibration.stderr
+    times = json.loads((folder / "calibration.json").read_text())["history"]["time"]
+    per_iteration = (times[-1] - times[len(times) // 2]) / (len(times) - 1 - len(times) // 2)
+    return int(min(max(seconds / per_iteration, 5000), 100000)) // 1000 * 1000
+
+
+def _give_the_next_run_more_time(job, minutes, timeout):
+    """Once ``job`` has been requeued, raise its time limit to ``minutes`` (scontrol), so that the run after the
+    requeue is not signalled in its turn; returns its state then, or when it finished before."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job_state(job)
+        if state is not None and (state[2] >= 1 or state[0] in FINISHED):
+            if state[2] >= 1:
+                subprocess.run(["scontrol", "update", f"JobId={job}", f"TimeLimit={minutes}"], check=True,
+                               capture_output=True, timeout=30)
+            return state
+        time.sleep(0.5)
+    raise TimeoutError(f"job {job} was not requeued within {timeout} s")
+
+
 @pytest.mark.slurm
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 @needs_slurm
 def test_job_at_its_time_limit_checkpoints_is_requeued_and_finishes_with_the_same_answer(tmp_path):
     """A two-minute job gets SIGUSR1 105 s before its limit, checkpoints, requeues itself and resumes."""
-    # About a minute of work: slurmctld checks time limits and sends the signal only every 30 s or so,
-    # so the signal due at 15 s can come as late as 45 s; a shorter job could finish without it.
-    # a long run (the full solver never meets eps 0; working sets would certify it in about 100 iterations)
-    arguments = SOLVE + ["--max-iter", "80000", "--working-set", "off", "--output", "job.json"]
+    # About 90 s of work, measured on this machine first: slurmctld checks time limits and sends the signal
+    # only every 30 s, so the signal due at 15 s can come as late as 45 s; a shorter job could finish without
+    # it, and a fixed iteration count would take minutes on a busy machine. The full solver never meets eps 0.
+    iterations = _iterations_for(90.0, tmp_path)
+    arguments = SOLVE + ["--max-iter", str(iterations), "--working-set", "off", "--output", "job.json"]
     job = submit(render_script("solve", arguments, job_name="mpiopt-requeue", ntasks=2, python=sys.executable,
                                time="2", signal_seconds=105, workdir=tmp_path), tmp_path / "job.sbatch")
-    outcome = wait(job, poll=1, timeout=420, release_requeued=True)
+    try:
+        # every run of a two-minute job would get the signal: the test measures one requeue, not a chain of them
+        _give_the_next_run_more_time(job, 30, timeout=300)
+        outcome = wait(job, poll=1, timeout=900, release_requeued=True)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)  # nothing, once it has finished; never a job left behind
     log = Path(outcome.output).read_text()
     assert outcome.state == "COMPLETED" and outcome.exit_code == 0, log
-    assert outcome.restarts >= 1, log
+    assert outcome.restarts == 1, log
     assert "USR1 near the time limit" in log and "(restart 1)" in log
     result = json.loads((tmp_path / "job.json").read_text())
-    assert result["info"]["resumed_at"] > 0 and result["iterations"] == 80000
-    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "80000", "--working-set", "off",
-                     "--output", str(tmp_path / "direct.json"), timeout=300)
+    assert result["info"]["resumed_at"] > 0 and result["iterations"] == iterations
+    direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", str(iterations), "--working-set", "off",
+                     "--output", str(tmp_path / "direct.json"), timeout=600)
     assert direct.returncode == 0, direct.stderr
     assert result["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]
     assert os.path.exists(tmp_path / f"mpiopt-requeue-{job}.ckpt.npz")

@@ -257,8 +257,12 @@ def test_tracemalloc_sees_the_sharded_parameters_go(comm):
         assert peak["tracemalloc_peak_bytes"] >= peak["model_states_bytes"]
     saved = peaks[0]["model_states_bytes"] - peaks[1]["model_states_bytes"]
     if comm.size > 1:
+        # the model's backward makes the whole gradient (8 n bytes) at every stage: a model state at stage 0, a
+        # transient at stage 3, so the peak falls by the states saved less that vector (0.50 of them here, which
+        # the allocator's noise put at 0.49 after other tests had run)
+        expected = saved - 8 * model.n_params
         traced = peaks[0]["tracemalloc_peak_bytes"] - peaks[1]["tracemalloc_peak_bytes"]
-        assert traced >= 0.5 * saved, (traced, saved)
+        assert expected > 0 and traced >= 0.8 * expected, (traced, saved, expected)
 
 
 @pytest.mark.mpi

@@ -13,11 +13,20 @@ own (``BUILTIN_KINDS``) is owned by one package, which every look-up (``names``,
 ``lookup``, ``unknown``) imports first, so the built-ins are there whatever
 the caller imported before.  That import is by name and lazy, so the core
 still imports nothing above it.
+
+Each piece also declares the options it takes (:mod:`.options`): a class as
+its ``options`` attribute, a factory function through ``register(...,
+options=Options(...))``.  ``options(kind, name)`` returns the declaration and
+``options_problem(kind, name, values)`` checks values against it; the front
+ends, the command line and the docs read the same declaration.
 """
 import importlib
 from collections.abc import Mapping
 
+from .options import NO_OPTIONS, Options
+
 _REGISTRY = {}
+_DECLARED = {}  # (kind, name) -> Options given to register() for an item without an options attribute
 
 # kind -> the package whose import registers mpiopt's own pieces of that kind
 BUILTIN_KINDS = {
@@ -46,18 +55,27 @@ class RegistryError(ValueError):
     """An unknown name; the message lists the valid ones."""
 
 
-def register(kind, name, item=None, *, replace=False):
+def register(kind, name, item=None, *, replace=False, options=None):
     """Register ``item`` as ``kind``/``name``; without ``item``, a decorator.
 
     A name is registered once per kind unless ``replace`` is true (so that two
-    pieces cannot silently shadow each other).
+    pieces cannot silently shadow each other).  ``options`` declares the
+    options of an item that has no ``options`` attribute of its own (a factory
+    function); a class declares them as its attribute.
     """
+    if options is not None and not isinstance(options, Options):
+        raise RegistryError(f"the options of {kind} {name!r} must be declared as Options(...), got {options!r}")
+
     def add(item):
         entries = _REGISTRY.setdefault(kind, {})
         if name in entries and entries[name] is not item and not replace:
             raise RegistryError(f"{kind} {name!r} is already registered ({entries[name]!r}); "
                                 "pass replace=True to replace it")
         entries[name] = item
+        if options is not None:
+            _DECLARED[kind, name] = options
+        else:
+            _DECLARED.pop((kind, name), None)
         return item
     if not isinstance(name, str) or not name:
         raise RegistryError(f"a {kind} name must be a non-empty string, got {name!r}")
@@ -89,9 +107,29 @@ def lookup(kind, name):
     return _REGISTRY[kind][name]
 
 
+def options(kind, name):
+    """The declared options of ``kind``/``name`` (:class:`~mpiopt.core.options.Options`; empty when it takes
+    none); RegistryError for an unknown name."""
+    item = lookup(kind, name)
+    if (kind, name) in _DECLARED:
+        return _DECLARED[kind, name]
+    declared = getattr(item, "options", None)
+    return declared if isinstance(declared, Options) else NO_OPTIONS
+
+
+def options_problem(kind, name, values, *, complete=False):
+    """The one-line problem of ``values`` for ``kind``/``name`` (an unknown name, an undeclared option, a value
+    outside its declaration), or None.  Collective use: pass the message to ``check_collectively``."""
+    message = unknown(kind, name)
+    if message:
+        return message
+    return options(kind, name).problem(values, f"{kind} {name!r}", complete=complete)
+
+
 def unregister(kind, name):
     """Remove a registration (tests, and users replacing a piece)."""
     _REGISTRY.get(kind, {}).pop(name, None)
+    _DECLARED.pop((kind, name), None)
 
 
 class RegistryView(Mapping):

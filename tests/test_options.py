@@ -1,0 +1,99 @@
+"""The declared options of named pieces (mpiopt.core.options) and the registry's view of them."""
+import math
+
+import numpy as np
+import pytest
+
+from mpiopt.core import registry
+from mpiopt.core.options import NO_OPTIONS, REQUIRED, Option, Options
+
+MCP = Options(Option("lam", float, help="weight", low=0),
+              Option("gamma", float, 3.0, "concavity", low=1, low_open=True),
+              Option("mode", str, "mean", "how", choices=("mean", "max")),
+              Option("rank", int, 1, "rank", low=1, high=64),
+              Option("warm", bool, True, "warm start"),
+              Option("seed", int, None, "seed"))
+
+
+def test_an_options_declaration_is_a_mapping_of_names_in_order():
+    assert list(MCP) == ["lam", "gamma", "mode", "rank", "warm", "seed"]
+    assert "gamma" in MCP and "beta" not in MCP and len(MCP) == 6
+    assert MCP["gamma"].default == 3.0 and MCP["lam"].required and MCP["lam"].default is REQUIRED
+    assert MCP.defaults() == {"gamma": 3.0, "mode": "mean", "rank": 1, "warm": True, "seed": None}
+    extended = MCP.without("mode") + Options(Option("gamma", float, 2.0, "again"), Option("tau", float, 0.1))
+    assert list(extended) == ["lam", "gamma", "rank", "warm", "seed", "tau"] and extended["gamma"].default == 2.0
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"gamma": 0.5}, "penalty 'mcp': gamma must be a float > 1, got 0.5"),
+    ({"gamma": 1}, "penalty 'mcp': gamma must be a float > 1, got 1"),
+    ({"gamma": math.inf}, "penalty 'mcp': gamma must be a finite float > 1, got inf"),
+    ({"gamma": "3"}, "penalty 'mcp': gamma must be a float > 1, got '3'"),
+    ({"gamma": True}, "penalty 'mcp': gamma must be a float > 1, got True"),
+    ({"lam": -1.0}, "penalty 'mcp': lam must be a float >= 0, got -1.0"),
+    ({"lam": None}, "penalty 'mcp': lam must be given (a float >= 0), got None"),
+    ({"mode": "median"}, "penalty 'mcp': mode must be one of mean, max, got 'median'"),
+    ({"rank": 65}, "penalty 'mcp': rank must be an int in [1, 64], got 65"),
+    ({"rank": 2.0}, "penalty 'mcp': rank must be an int in [1, 64], got 2.0"),
+    ({"warm": 1}, "penalty 'mcp': warm must be a bool, got 1"),
+    ({"beta": 1}, "penalty 'mcp' takes lam, gamma, mode, rank, warm, seed; got beta"),
+])
+def test_a_bad_value_is_one_line_naming_the_piece_the_option_and_the_constraint(values, message):
+    assert MCP.problem(values, "penalty 'mcp'") == message
+
+
+def test_good_values_pass_and_resolve_fills_the_defaults():
+    good = {"lam": 1, "gamma": 3, "mode": "max", "rank": np.int64(4), "warm": np.bool_(False), "seed": None}
+    assert MCP.problem(good, "x") is None
+    assert MCP.resolve({"lam": 0.5}, "x") == {"lam": 0.5, "gamma": 3.0, "mode": "mean", "rank": 1, "warm": True,
+                                               "seed": None}
+    with pytest.raises(ValueError, match="^x: lam must be given$"):
+        MCP.resolve({}, "x")
+    assert MCP.problem({}, "x") is None  # without complete, a partial set is fine
+
+
+def test_command_line_pairs_parse_to_the_declared_types():
+    assert MCP.parse(["gamma=4", "mode=max", "rank=8", "warm=false", "seed=none"], "x") == {
+        "gamma": 4.0, "mode": "max", "rank": 8, "warm": False, "seed": None}
+    assert MCP.parse("gamma=2.5,warm-start=1".replace("warm-start", "warm"), "x") == {"gamma": 2.5, "warm": True}
+    for pairs, message in [(["gamma"], "x: an option is NAME=VALUE, got 'gamma'"),
+                           (["rank=two"], "x: rank must be an int in [1, 64], got 'two'"),
+                           (["warm=maybe"], "x: warm must be a bool, got 'maybe'"),
+                           (["beta=1"], "x takes lam, gamma, mode, rank, warm, seed; got beta")]:
+        with pytest.raises(ValueError) as error:
+            MCP.parse(pairs, "x")
+        assert str(error.value) == message
+
+
+def test_help_lines_give_constraint_default_and_help():
+    assert MCP.help_lines()[:3] == ["lam (float >= 0, required): weight", "gamma (float > 1, default 3.0): concavity",
+                                    "mode (one of mean, max, default 'mean'): how"]
+    assert MCP["seed"].describe() == "seed (int or None, default None): seed"
+
+
+def test_the_registry_returns_a_classs_or_a_factorys_declaration_and_checks_values():
+    class Piece:
+        options = MCP
+
+    def factory(width=2):
+        return width
+
+    declared = Options(Option("width", int, 2, "width", low=1))
+    try:
+        registry.register("test-kind", "piece", Piece)
+        registry.register("test-kind", "factory", factory, options=declared)
+        registry.register("test-kind", "bare", object())
+        assert registry.options("test-kind", "piece") is MCP
+        assert registry.options("test-kind", "factory") is declared
+        assert registry.options("test-kind", "bare") is NO_OPTIONS
+        assert registry.options_problem("test-kind", "factory", {"width": 0}) == (
+            "test-kind 'factory': width must be an int >= 1, got 0")
+        assert registry.options_problem("test-kind", "piece", {}, complete=True) == "test-kind 'piece': lam must be given"
+        assert registry.options_problem("test-kind", "nope", {}) == (
+            "test-kind must be one of piece, factory, bare, got 'nope'")
+        with pytest.raises(registry.RegistryError, match="must be declared as Options"):
+            registry.register("test-kind", "tuple", factory, options=("width",))
+    finally:
+        for name in ("piece", "factory", "bare"):
+            registry.unregister("test-kind", name)
+    assert registry.names("test-kind") == []

@@ -22,8 +22,10 @@ same split, whatever the number of ranks: by default every rank gets the
 whole split (what :class:`~mpiopt.data.MinibatchSampler` reads from).  With
 ``shard=True`` rank r keeps only its ``row_range`` of the training rows and of
 the test rows (statistics still from the whole training set), for methods in
-which each rank owns its data.  Registered as ``register("dataset", name)``:
-a new set is a function returning ``(X, y)``.
+which each rank owns its data.  Registered as ``register("dataset", name,
+options=Options(...))``: a new set is a function returning ``(X, y)``, and the
+options it declares (none for the two above) come from ``load_dataset``'s
+``dataset_options``, checked against the declaration on every rank.
 """
 import dataclasses
 
@@ -31,9 +33,10 @@ import numpy as np
 
 from ..core.backend import finite_problem
 from ..core.comm import check_collectively, first_problem, resolve_comm
+from ..core.options import NO_OPTIONS
 from ..core.partition import row_range
 from ..core.random import random_stream, seed_problem
-from ..core.registry import lookup, register, unknown
+from ..core.registry import lookup, options_problem, register
 
 
 @dataclasses.dataclass
@@ -67,13 +70,13 @@ def _scikit_learn_datasets():
     return sklearn.datasets
 
 
-@register("dataset", "digits")
+@register("dataset", "digits", options=NO_OPTIONS)
 def digits():
     """8x8 images of handwritten digits, pixel intensities 0-16 (1797 x 64, 10 classes)."""
     return _scikit_learn_datasets().load_digits(return_X_y=True)
 
 
-@register("dataset", "breast_cancer")
+@register("dataset", "breast_cancer", options=NO_OPTIONS)
 def breast_cancer():
     """Wisconsin diagnostic breast cancer (569 x 30; 0 malignant, 1 benign)."""
     return _scikit_learn_datasets().load_breast_cancer(return_X_y=True)
@@ -86,23 +89,28 @@ def _standardize(X_train, X_test):
     return (X_train - mean) / scale, (X_test - mean) / scale
 
 
-def load_dataset(name, comm=None, *, test_fraction=0.25, seed=0, standardize=True, shard=False):
+def load_dataset(name, comm=None, *, test_fraction=0.25, seed=0, standardize=True, shard=False,
+                 dataset_options=None):
     """A seeded train/test split of a registered data set, as a :class:`Dataset`; collective.
 
-    Every rank must call it with the same arguments; any problem (an unknown
-    name, a bad fraction, scikit-learn missing) raises the same CollectiveError
-    on every rank.  See the module docstring.
+    ``dataset_options`` are the options the data set declares (a dict; the
+    built-in sets take none).  Every rank must call it with the same
+    arguments; any problem (an unknown name or option, a bad fraction,
+    scikit-learn missing) raises the same CollectiveError on every rank.  See
+    the module docstring.
     """
     comm = resolve_comm(comm)
+    options = dict(dataset_options or {})
     problem = first_problem([
-        (unknown("dataset", name) is None, lambda: unknown("dataset", name)),
+        (options_problem("dataset", name, options, complete=True) is None,
+         lambda: options_problem("dataset", name, options, complete=True)),
         (isinstance(test_fraction, (int, float)) and 0 < test_fraction < 1,
          f"test_fraction must be in (0, 1), got {test_fraction!r}"),
         (seed_problem(seed) is None, lambda: seed_problem(seed)),
     ])
     if problem is None:
         try:
-            X, y = lookup("dataset", name)()
+            X, y = lookup("dataset", name)(**options)
         except (ImportError, OSError) as error:
             problem = f"cannot load data set {name!r}: {error}"
         else:  # before the labels' cast to integers, which would turn a NaN into a garbage class
@@ -110,7 +118,8 @@ def load_dataset(name, comm=None, *, test_fraction=0.25, seed=0, standardize=Tru
             problem = finite_problem(f"data set {name!r}: features", X) or (
                 finite_problem(f"data set {name!r}: labels", y) if y.dtype.kind == "f" else None)
     check_collectively(comm, problem, {"name": name, "test_fraction": test_fraction, "seed": seed,
-                                       "standardize": standardize, "shard": shard})
+                                       "standardize": standardize, "shard": shard,
+                                       **({"dataset_options": options} if options else {})})
     X, y = np.asarray(X, dtype=np.float64), np.asarray(y).astype(np.int64)
     order = random_stream(seed, "dataset-split", name).permutation(y.size)
     n_test = min(max(int(round(test_fraction * y.size)), 1), y.size - 1)

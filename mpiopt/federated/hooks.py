@@ -54,6 +54,11 @@ Put ``DPHook`` before ``SecureAggregationHook``: the clipped, weight-1 update
 is then what is masked, and the noise is added to the unmasked sum (the runner
 refuses a hook that transforms updates after the aggregating hook masked them).
 
+Both are registered as kind ``"hook"`` (``"dp"``, ``"secure_aggregation"``)
+with their options declared, so ``run_federated(..., hooks=[("dp",
+{"clip_norm": 1.0, "noise_multiplier": 1.1})])`` builds them by name, as a
+user's own registered hook.
+
 Cost: clipping O(d) per client; masking O(|P| d) per client; the server's
 recovery O(|S| |D| d); one accountant composition per round.
 """
@@ -61,7 +66,9 @@ import dataclasses
 
 import numpy as np
 
+from ..core.options import Option, Options
 from ..core.random import random_stream
+from ..core.registry import register
 from .privacy import DPAccountant, add_gaussian_noise, clip_update, privacy_problem
 from .secure import FRACTION_BITS, mask_update, ring_sum, to_ring, unmask_sum
 
@@ -75,6 +82,7 @@ def _strategy_problem(hook, strategy):
             f"{strategy.name} does not")
 
 
+@register("hook", "dp")
 class DPHook:
     """Client-level DP-FedAvg: clip each update to ``clip_norm``, noise the sum with ``noise_multiplier``.
 
@@ -87,6 +95,14 @@ class DPHook:
     ``clipped_norms`` holds this rank's clients' norms before clipping in the
     last round (client -> norm).
     """
+
+    options = Options(
+        Option("clip_norm", float, help="S: each client's update is clipped to L2 norm S", low=0, low_open=True),
+        Option("noise_multiplier", float, help="z: the noise on the sum is N(0, (z S)^2 I); 0 clips only", low=0),
+        Option("delta", float, 1e-5, "the accountant's delta", low=0, high=1, low_open=True, high_open=True),
+        Option("seed", int, 0, "the noise's seed (random_stream(seed, 'dp-noise', round))", low=0),
+        Option("accountant", str, "rdp", "the privacy accountant (pld: with fixed sampling only when m = K)",
+               choices=("rdp", "pld")))
 
     def __init__(self, clip_norm, noise_multiplier, delta=1e-5, seed=0, accountant="rdp"):
         problem = privacy_problem(clip_norm, noise_multiplier, delta)
@@ -142,6 +158,7 @@ class DPHook:
         return self.accountant.describe(self.rounds)
 
 
+@register("hook", "secure_aggregation")
 class SecureAggregationHook:
     """Pairwise-masked aggregation of the weighted updates, with recovery of clients that drop after masking.
 
@@ -152,6 +169,12 @@ class SecureAggregationHook:
     received from it in the last round; ``dropped_after_masking``: the
     clients of the last round whose masks were recovered.
     """
+
+    options = Options(
+        Option("session_seed", int, help="derives the pair seeds (a simulation, not a key agreement)", low=0),
+        Option("fraction_bits", int, FRACTION_BITS, "f: the fixed-point precision, a step of 2^-f", low=0, high=62),
+        Option("drop_after_masking", float, 0.0, "the probability that a masking client's upload never arrives",
+               low=0, high=1, high_open=True))
 
     def __init__(self, session_seed, fraction_bits=FRACTION_BITS, drop_after_masking=0.0):
         if not (isinstance(drop_after_masking, (int, float)) and 0 <= drop_after_masking < 1):

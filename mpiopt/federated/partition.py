@@ -16,6 +16,13 @@ same at any rank count).  Registered as kind ``"partition"``:
                    q ~ Dir(alpha 1_K), rows otherwise IID
 =================  ==================================================================================
 
+Each partitioner declares its options (``register(..., options=Options(...))``;
+``registry.options("partition", name)``), and ``partition`` checks the values
+given against the declaration before it splits: an unknown option, or one
+outside its range, is one ``ValueError`` naming the partitioner and the
+options it takes.  A user's partitioner is a function
+``(labels, n_clients, seed, **options)`` registered the same way.
+
 ``split_clients(X, y, parts)`` turns the indices into the (X_k, y_k) pairs
 :func:`~mpiopt.federated.run_federated` takes.  Cost: O(n log n).
 """
@@ -23,7 +30,8 @@ import numpy as np
 
 from ..core.partition import row_range
 from ..core.random import random_stream
-from ..core.registry import lookup, register
+from ..core.options import Option, Options
+from ..core.registry import lookup, options_problem, register
 
 RETRIES = 100
 
@@ -39,23 +47,22 @@ def _check(labels, n_clients):
     return labels
 
 
-def _positive(name, value):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a number > 0, got {value!r}")
+def _alpha(skew):
+    return Option("alpha", float, 0.5, f"the Dirichlet concentration: small alpha, strong {skew} skew",
+                  low=0, low_open=True)
 
 
-@register("partition", "iid")
+@register("partition", "iid", options=Options())
 def iid(labels, n_clients, seed=0):
     labels = _check(labels, n_clients)
     order = random_stream(seed, "partition", "iid").permutation(labels.size)
     return [np.sort(order[slice(*row_range(labels.size, k, n_clients))]) for k in range(n_clients)]
 
 
-@register("partition", "pathological")
+@register("partition", "pathological", options=Options(
+    Option("shards_per_client", int, 2, "label-sorted shards each client gets (most see this many labels)", low=1)))
 def pathological(labels, n_clients, seed=0, shards_per_client=2):
     labels = _check(labels, n_clients)
-    if isinstance(shards_per_client, bool) or not isinstance(shards_per_client, int) or shards_per_client < 1:
-        raise ValueError(f"shards_per_client must be an integer >= 1, got {shards_per_client!r}")
     n_shards = n_clients * shards_per_client
     if labels.size < n_shards:
         raise ValueError(f"{labels.size} rows cannot make {n_shards} shards")
@@ -68,10 +75,11 @@ def pathological(labels, n_clients, seed=0, shards_per_client=2):
             for k in range(n_clients)]
 
 
-@register("partition", "dirichlet")
+@register("partition", "dirichlet", options=Options(
+    _alpha("label"), Option("min_size", int, 1, "the fewest rows a client may get (drawn again until it has)",
+                            low=1)))
 def dirichlet(labels, n_clients, seed=0, alpha=0.5, min_size=1):
     labels = _check(labels, n_clients)
-    _positive("alpha", alpha)
     stream = random_stream(seed, "partition", "dirichlet")
     for _ in range(RETRIES):
         parts = [[] for _ in range(n_clients)]
@@ -88,10 +96,9 @@ def dirichlet(labels, n_clients, seed=0, alpha=0.5, min_size=1):
                      f"draws; use fewer clients or a larger alpha")
 
 
-@register("partition", "quantity")
+@register("partition", "quantity", options=Options(_alpha("size")))
 def quantity(labels, n_clients, seed=0, alpha=0.5):
     labels = _check(labels, n_clients)
-    _positive("alpha", alpha)
     stream = random_stream(seed, "partition", "quantity")
     shares = stream.dirichlet(np.full(n_clients, float(alpha)))
     sizes = 1 + stream.multinomial(labels.size - n_clients, shares)
@@ -99,8 +106,17 @@ def quantity(labels, n_clients, seed=0, alpha=0.5):
     return [np.sort(part) for part in np.split(order, np.cumsum(sizes)[:-1])]
 
 
-def partition(name, labels, n_clients, seed=0, **options):
-    """Row indices of each of ``n_clients`` clients under the registered partitioner ``name``."""
+def partition(name, labels, n_clients, seed=0, partition_options=None, **options):
+    """Row indices of each of ``n_clients`` clients under the registered partitioner ``name``.
+
+    Its options come as ``partition_options`` (a dict) or as keywords (``alpha=0.5``), checked against the
+    partitioner's declaration first (ValueError with the one-line problem; RegistryError for an unknown name).
+    """
+    options = {**(partition_options or {}), **options}
+    lookup("partition", name)
+    problem = options_problem("partition", name, options)
+    if problem:
+        raise ValueError(problem)
     return lookup("partition", name)(labels, n_clients, seed, **options)
 
 

@@ -45,6 +45,7 @@ trained).  Checkpoints are written at round boundaries.
 import dataclasses
 import hashlib
 import time
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from ..core.checkpoint import Checkpointer
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.log import IterationLog
 from ..core.random import random_stream
-from ..core.registry import RegistryError
+from ..core.registry import RegistryError, lookup, options_problem
 from ..core.signals import SignalFlags
 from .client import data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
@@ -75,7 +76,12 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     ``strategy`` a registered name (built with ``strategy_options``) or a
     :class:`Strategy`; ``test_data`` an optional ``(X, y)`` evaluated every
     ``eval_every`` rounds; ``params`` the starting point (default
-    ``model.init_params(seed)``); ``hooks`` objects with any of
+    ``model.init_params(seed)``); ``hooks`` a sequence whose entries are
+    hook objects, registered hook names (kind ``"hook"``: ``"dp"``,
+    ``"secure_aggregation"`` or a user's, built with their defaults) or
+    ``(name, options)`` pairs (``("dp", {"clip_norm": 1.0,
+    "noise_multiplier": 1.1})``), the options checked against the hook's
+    declaration; a hook object has any of
     ``transform_update(update, client, round) -> update``,
     ``transform_aggregate(delta, round, updates) -> delta``, ``epsilon()``,
     ``state_dict()``/``load_state_dict(state)``, ``setup(strategy, n_clients,
@@ -87,8 +93,10 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     CollectiveError on every rank.
     """
     start = time.perf_counter()
-    comm, hooks = resolve_comm(comm), list(hooks)
+    comm = resolve_comm(comm)
     strategy, problem = _strategy(strategy, strategy_options)
+    hooks, hooks_problem = _hooks(hooks)
+    problem = problem or hooks_problem
     local, problem = local_clients(model, clients, range(comm.rank, len(clients), comm.size), problem)
     problem = problem or data_problem(model, test_data, params)
     options = FederatedSettings.collective(comm, problem, agree={
@@ -104,12 +112,41 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
 
 
 def _strategy(strategy, options):
+    """(the strategy, None) or (None, the one-line problem): a name's ``options`` are checked against its
+    declaration (``registry.options("strategy", name)``) before it is built."""
     if isinstance(strategy, Strategy):
         return strategy, ("strategy_options go with a strategy name, not a Strategy" if options else None)
+    return _built("strategy", strategy, options, get_strategy)
+
+
+def _built(kind, name, options, build):
+    """(``build(name, **options)``, None) once ``options`` meet the declaration of ``kind`` ``name``, or
+    (None, the problem): an unknown name or option, a value outside its declaration, the piece's own check."""
+    if options is not None and not isinstance(options, Mapping):
+        return None, f"{kind}_options must be a dict of option name -> value, got {options!r}"
+    problem = options_problem(kind, name, dict(options or {}), complete=True)
+    if problem:
+        return None, problem
     try:
-        return get_strategy(strategy, **(options or {})), None
+        return build(name, **(options or {})), None
     except (RegistryError, TypeError, ValueError) as error:
         return None, str(error)
+
+
+def _hooks(entries):
+    """(the hooks, None) or ([], the first problem): each entry is a hook object, a registered hook's name
+    (kind ``"hook"``, built with its defaults) or a ``(name, options)`` pair, the options checked against the
+    hook's declaration (``registry.options("hook", name)``) before it is built."""
+    hooks = []
+    for entry in entries:
+        if isinstance(entry, str) or (isinstance(entry, tuple) and len(entry) == 2 and isinstance(entry[0], str)):
+            name, options = (entry, None) if isinstance(entry, str) else entry
+            hook, problem = _built("hook", name, options, lambda name, **values: lookup("hook", name)(**values))
+            if problem:
+                return [], problem
+            entry = hook
+        hooks.append(entry)
+    return hooks, None
 
 
 def _hooks_problem(hooks, strategy, n_clients, settings):
@@ -363,7 +400,7 @@ class Federation:
         sizes = self.comm.allgather({client: int(y.shape[0]) for client, (_, y) in self.local.items()})
         rows = [size for _, size in sorted((k, v) for part in sizes for k, v in part.items())]
         return {"ranks": self.comm.size, "model": repr(self.model), "n_params": self.model.n_params,
-                "strategy": self.strategy.name, "strategy_options": self.strategy.options(),
+                "strategy": self.strategy.name, "strategy_options": self.strategy.option_values(),
                 "keeps_stragglers": self.strategy.keeps_stragglers, "clients": self.n_clients, "client_rows": rows,
                 "placement": "client k on rank k % ranks", "reducer": self.reducer.name, "sampling": self.sampling(),
                 "settings": self.settings.as_dict(), "resumed_at": resumed_at}

@@ -38,6 +38,7 @@ Cost of an aggregation: O(m n_params) for m reporting clients.
 """
 import numpy as np
 
+from ..core.options import Option, Options
 from ..core.registry import lookup, register
 from ..core.settings import is_number
 from .strategy import Strategy
@@ -63,15 +64,14 @@ class FedSGD(Strategy):
 class FedProx(Strategy):
     name = "fedprox"
     keeps_stragglers = True
+    options = Strategy.options + Options(
+        Option("mu", float, 0.01, "the proximal weight: clients minimize F_k(w) + (mu / 2) ||w - w_t||^2", low=0))
 
     def __init__(self, mu=0.01, server_lr=1.0, server_momentum=0.0):
         if not (is_number(mu) and mu >= 0):
             raise ValueError(f"fedprox: mu must be a number >= 0, got {mu!r}")
         super().__init__(server_lr, server_momentum)
         self.mu = float(mu)
-
-    def options(self):
-        return dict(super().options(), mu=self.mu)
 
     def local_gradient(self, grad, params, global_params):
         return grad + self.mu * (params - global_params) if self.mu else grad
@@ -94,6 +94,7 @@ class FedNova(Strategy):
 
 
 def get_strategy(name, **options):
-    """The strategy registered as ``name``, built with ``options`` (``mu`` for fedprox; ``server_lr``,
-    ``server_momentum`` for all)."""
+    """The strategy registered as ``name``, built with ``options`` (its declared ``options``: ``mu`` for
+    fedprox; ``server_lr``, ``server_momentum`` for all).  The constructor checks them; ``run_federated``
+    checks them against the declaration first, on every rank."""
     return lookup("strategy", name)(**options)

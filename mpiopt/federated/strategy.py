@@ -28,11 +28,20 @@ strategy gives
   al. 2019): ``v = beta v + Delta``, ``w_{t+1} = w_t + eta_s v``; with
   ``server_lr = 1`` and ``server_momentum = 0`` (the default) it is
   ``w_t + Delta`` exactly.  Its state (``v``) is checkpointed.
+
+A strategy declares the options it takes as its ``options`` class attribute
+(:class:`~mpiopt.core.options.Options`; a subclass extends its base's with
+``Strategy.options + Options(...)``) and keeps each one as an attribute of the
+same name; ``option_values()`` reads them back in declaration order (the
+result's ``info["strategy_options"]``, the repr, the checkpoint's fingerprint).
+``run_federated(..., strategy=name, strategy_options={...})`` checks the values
+against the declaration on every rank before building the strategy.
 """
 import dataclasses
 
 import numpy as np
 
+from ..core.options import Option, Options
 from ..core.random import random_stream
 from ..core.settings import is_number
 from .settings import CLIENT_SAMPLINGS
@@ -54,6 +63,11 @@ class Strategy:
 
     name = "strategy"
     keeps_stragglers = False
+    options = Options(
+        Option("server_lr", float, 1.0, "eta_s, the server's step on the aggregated update (FedAvgM)",
+               low=0, low_open=True),
+        Option("server_momentum", float, 0.0, "beta, the server's momentum on the aggregated update (FedAvgM)",
+               low=0, high=1, high_open=True))
 
     def __init__(self, server_lr=1.0, server_momentum=0.0):
         if not (is_number(server_lr) and server_lr > 0):
@@ -63,12 +77,13 @@ class Strategy:
         self.server_lr, self.server_momentum = float(server_lr), float(server_momentum)
         self.velocity = None
 
-    def options(self):
-        """The strategy's settings (in the checkpoint's fingerprint and the result's info)."""
-        return {"server_lr": self.server_lr, "server_momentum": self.server_momentum}
+    def option_values(self):
+        """The declared options' values, in declaration order (in the checkpoint's fingerprint and the result's
+        info)."""
+        return {name: getattr(self, name, None) for name in type(self).options}
 
     def __repr__(self):
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.options().items())})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.option_values().items())})"
 
     # -- configure_fit ------------------------------------------------------------------
     def sample_size(self, n_clients, fraction):

@@ -33,7 +33,7 @@ BUILTIN_KINDS = {
     "loss": "mpiopt.admm", "penalty": "mpiopt.admm", "x_solver": "mpiopt.admm",
     "reducer": "mpiopt.collectives", "compressor": "mpiopt.compression",
     "model": "mpiopt.models", "optimizer": "mpiopt.optim", "dataset": "mpiopt.data",
-    "strategy": "mpiopt.federated", "partition": "mpiopt.federated",
+    "strategy": "mpiopt.federated", "partition": "mpiopt.federated", "hook": "mpiopt.federated",
     "asyncsgd-method": "mpiopt.asyncsgd", "asyncsgd-problem": "mpiopt.asyncsgd", "tau-model": "mpiopt.asyncsgd",
     "workload": "mpiopt.slurm",
 }

@@ -33,7 +33,7 @@ from .base import ALL, Accumulator, Method
 from .problems import PROBLEMS, Problem, get_problem
 from .result import AsyncSGDResult
 from .runner import make_result, prepare
-from .settings import RUNTIMES, AsyncSGDSettings
+from .settings import RUNTIMES, AsyncSGDSettings, route_method_options
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
 from .theory import default_batch, default_step_size, predicted_times
@@ -45,21 +45,28 @@ def methods():
     return names("asyncsgd-method")
 
 
-def async_sgd(problem="quadratic", comm=None, problem_options=None, **settings):
+def async_sgd(problem="quadratic", comm=None, problem_options=None, method_options=None, tau_options=None,
+              **settings):
     """Run a heterogeneous-worker SGD method; collective over ``comm``; returns an :class:`AsyncSGDResult`.
 
-    ``problem``: a registered name (built with ``problem_options``) or a
-    :class:`Problem`.  ``settings``: the fields of :class:`AsyncSGDSettings`
-    (method, runtime, n_workers, tau, epsilon, step_size, batch, threshold,
-    limits, seed, ...).  Every rank gets the same result.
+    ``problem``: a registered name (built with ``problem_options``, checked
+    against the problem's declared options) or a :class:`Problem`.
+    ``method_options``: the chosen method's declared options
+    (``registry.options("asyncsgd-method", method)``), e.g. ``{"batch": 8}``
+    for Rennala; ``tau_options``: the compute-time model's (``tau`` a name).
+    ``settings``: the fields of :class:`AsyncSGDSettings` (method, runtime,
+    n_workers, tau, epsilon, step_size, limits, seed, ...); a keyword that
+    the chosen method declares is one of its options (``batch=8``, a user
+    method's ``max_delay=3``).  Every rank gets the same result.
     """
     comm = resolve_comm(comm)
     started = clock.perf_counter()
-    options = AsyncSGDSettings.collective(comm, **settings)
+    settings, routing_problem = route_method_options(settings, method_options)
+    options = AsyncSGDSettings.collective(comm, routing_problem, tau_options=tau_options, **settings)
     problem_error = tau_model = None
     try:
         problem = get_problem(problem, seed=options.seed, comm=comm, **(problem_options or {}))
-        tau_model = get_tau_model(options.tau)
+        tau_model = get_tau_model(options.tau, **(options.tau_options or {}))
         problem_error = problem.data_problem()  # NaN or inf in this rank's data: refused on every rank
     except (ValueError, TypeError, KeyError, ImportError) as error:
         problem_error = f"cannot set up the problem: {error}"

@@ -15,6 +15,7 @@ stale gradients cannot undo the progress of the fast ones (the rule of the
 delay-adaptive analyses above).  Per gradient the server receives d words and
 sends d words back.
 """
+from ..core.options import Option, Options
 from ..core.registry import register
 from .base import Method
 
@@ -22,6 +23,12 @@ from .base import Method
 @register("asyncsgd-method", "asgd")
 class AsynchronousSGD(Method):
     name = "asgd"
+    options = Options(
+        Option("delay_adaptive", bool, True, "gamma_k = min(gamma, 1/(2 L delay_k)); false: a constant step"))
+
+    @classmethod
+    def theory_options(cls, values, problem, epsilon):
+        return {**values, "L": problem.L}
 
     def __init__(self, x0, n_workers, step_size, L=None, delay_adaptive=False):
         super().__init__(x0, n_workers, step_size)

@@ -16,8 +16,20 @@ which workers must now start computing at its current point:
 workers compute and what is cancelled; the method counts what it accepts and
 discards.  ``x`` is never changed in place: each step makes a new array, so a
 runtime may hand the same array to many workers.
+
+A method declares the options it takes beyond the step size (``options =
+Options(Option(...))``, mpiopt.core.options) and builds itself from them
+(:meth:`Method.build`): the declared defaults fill what is not given, and the
+method's own ``theory_options`` and ``default_step_size`` turn an option left
+at None into the theory's value (Rennala's B, Ringmaster's R).  A method of a
+user's, registered as ``register("asyncsgd-method", name, cls)``, works the
+same way: its ``__init__(x0, n_workers, step_size, **options)`` is given its
+declared options, and the step size of Asynchronous SGD's theory by default.
 """
 import numpy as np
+
+from ..core.options import NO_OPTIONS
+from . import theory
 
 ALL = "all"
 
@@ -26,6 +38,46 @@ class Method:
     """Base of the methods: the iterate, the step counter and the accounting."""
 
     name = "method"
+    options = NO_OPTIONS  # the declared options beyond the step size (a subclass declares its own)
+
+    @classmethod
+    def owner(cls):
+        """How messages name the method: ``asyncsgd-method 'rennala'``."""
+        return f"asyncsgd-method {cls.name!r}"
+
+    @classmethod
+    def options_problem(cls, values):
+        """The one-line problem of ``values`` (a dict of this method's options), or None: the declaration's
+        checks, then the method's own (``check_options``)."""
+        return cls.options.problem(values, cls.owner()) or cls.check_options(values)
+
+    @classmethod
+    def check_options(cls, values):
+        """Checks that a declaration cannot express (a subclass's own), after the declared ones; a message or None."""
+        return None
+
+    @classmethod
+    def theory_options(cls, values, problem, epsilon):
+        """The keywords of ``__init__`` from the resolved options: a subclass puts the theory's value where an
+        option is None, or adds what the problem gives (the smoothness constant)."""
+        return values
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        """The step size of the theory for these options (Asynchronous SGD's unless a subclass knows better)."""
+        return theory.default_step_size("asgd", n_workers, problem.L, problem.sigma2, epsilon)
+
+    @classmethod
+    def build(cls, problem, n_workers, epsilon, step_size=None, options=None):
+        """The method at ``problem.x0()`` from its declared ``options`` (defaults filled in), with the theory's
+        parameters where none are given; ValueError with the one-line problem of a bad option."""
+        values = dict(options or {})
+        message = cls.options_problem(values)
+        if message:
+            raise ValueError(message)
+        values = cls.theory_options({**cls.options.defaults(), **values}, problem, epsilon)
+        gamma = step_size or cls.default_step_size(problem, n_workers, epsilon, values)
+        return cls(problem.x0(), n_workers, gamma, **values)
 
     def __init__(self, x0, n_workers, step_size):
         self.x = np.array(x0, dtype=np.float64)

@@ -8,12 +8,19 @@ gamma = min(1/(2L), eps n / (4 L sigma^2)).  Per step the server receives n
 gradients and sends the new point to n workers: n d words each way.
 """
 from ..core.registry import register
+from . import theory
 from .base import ALL, Accumulator, Method
 
 
 @register("asyncsgd-method", "minibatch")
 class MinibatchSGD(Method):
+    """No options beyond the step size: a step takes one gradient from every worker."""
+
     name = "minibatch"
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        return theory.default_step_size("minibatch", n_workers, problem.L, problem.sigma2, epsilon)
 
     def __init__(self, x0, n_workers, step_size):
         super().__init__(x0, n_workers, step_size)

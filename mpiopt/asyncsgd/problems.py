@@ -19,16 +19,40 @@ E||g - grad f||^2 of one stochastic gradient, exact or estimated at x0);
 ``mlp``        a small ReLU MLP (mpiopt.models) on scikit-learn's digits (1797 x 64, 10 classes), minibatches
 =============  ==========================================================================================
 
-Registered as ``register("asyncsgd-problem", name, factory)``; a factory takes
-``(seed, comm, **options)`` and every rank builds the same problem.
+Registered as ``register("asyncsgd-problem", name, factory, options=Options(...))``:
+a factory takes ``(seed, comm, **options)``, its options are declared with
+it, and every rank builds the same problem.  ``get_problem`` checks the
+options against the declaration and fills in the declared defaults (the
+classes' own defaults are read from the same declarations); a problem's
+checks that a declaration cannot say (mu <= L) stay in the class.
 """
 import math
 
 import numpy as np
 
 from ..core.backend import finite_problem
+from ..core.options import Option, Options
 from ..core.random import random_stream
-from ..core.registry import lookup, names, register
+from ..core.registry import lookup, names, options, register
+
+DIM = Option("dim", int, 100, "dimension d", low=1)
+NOISE = Option("noise", float, 1e-3, "sigma^2, the variance of one stochastic gradient", low=0)
+SMOOTHNESS = Option("L", float, 1.0, "the gradient's Lipschitz constant", low=0, low_open=True)
+QUADRATIC_OPTIONS = Options(DIM, NOISE, SMOOTHNESS, Option("mu", float, 1e-3, "the smallest eigenvalue, at most L",
+                                                           low=0, low_open=True))
+WORST_CASE_OPTIONS = Options(DIM, NOISE, SMOOTHNESS)
+
+
+def _data_options(dataset, batch_size, alpha):
+    return Options(Option("dataset", str, dataset, "the data set (registry kind dataset)"),
+                   Option("batch_size", int, batch_size, "rows per stochastic gradient, drawn with replacement",
+                          low=1),
+                   Option("alpha", float, alpha, "L2 regularization weight", low=0))
+
+
+LOGISTIC_OPTIONS = _data_options("breast_cancer", 1, 1e-3)
+MLP_OPTIONS = _data_options("digits", 8, 1e-4) + Options(
+    Option("hidden", object, (32,), "hidden layer widths, a sequence of integers >= 1"))
 
 
 class Problem:
@@ -95,7 +119,8 @@ def _check_dim(dim):
 class Quadratic(GaussianNoise):
     name = "quadratic"
 
-    def __init__(self, dim=100, noise=1e-3, L=1.0, mu=1e-3):
+    def __init__(self, dim=DIM.default, noise=NOISE.default, L=SMOOTHNESS.default,
+                 mu=QUADRATIC_OPTIONS["mu"].default):
         self.dim = _check_dim(dim)
         if not (0 < mu <= L < math.inf):
             raise ValueError(f"need 0 < mu <= L, got mu={mu!r}, L={L!r}")
@@ -119,7 +144,7 @@ class WorstCase(GaussianNoise):
 
     name = "worst-case"
 
-    def __init__(self, dim=100, noise=1e-3, L=1.0):
+    def __init__(self, dim=DIM.default, noise=NOISE.default, L=SMOOTHNESS.default):
         self.dim = _check_dim(dim)
         if not 0 < L < math.inf:
             raise ValueError(f"L must be a finite number > 0, got {L!r}")
@@ -200,7 +225,8 @@ class DataProblem(Problem):
 class Logistic(DataProblem):
     name = "logistic"
 
-    def __init__(self, seed=0, comm=None, dataset="breast_cancer", batch_size=1, alpha=1e-3):
+    def __init__(self, seed=0, comm=None, dataset=LOGISTIC_OPTIONS["dataset"].default,
+                 batch_size=LOGISTIC_OPTIONS["batch_size"].default, alpha=LOGISTIC_OPTIONS["alpha"].default):
         from ..data import load_dataset
         from ..models import get_model
         data = load_dataset(dataset, comm, seed=seed)
@@ -226,7 +252,8 @@ class Logistic(DataProblem):
 class SmallMLP(DataProblem):
     name = "mlp"
 
-    def __init__(self, seed=0, comm=None, dataset="digits", hidden=(32,), batch_size=8, alpha=1e-4):
+    def __init__(self, seed=0, comm=None, dataset=MLP_OPTIONS["dataset"].default, hidden=MLP_OPTIONS["hidden"].default,
+                 batch_size=MLP_OPTIONS["batch_size"].default, alpha=MLP_OPTIONS["alpha"].default):
         from ..data import load_dataset
         from ..models import get_model
         data = load_dataset(dataset, comm, seed=seed)
@@ -240,15 +267,20 @@ class SmallMLP(DataProblem):
                         "rows": int(self.y.size), "L_estimated": True}
 
 
-register("asyncsgd-problem", "quadratic", lambda seed=0, comm=None, **options: Quadratic(**options))
-register("asyncsgd-problem", "worst-case", lambda seed=0, comm=None, **options: WorstCase(**options))
-register("asyncsgd-problem", "logistic", Logistic)
-register("asyncsgd-problem", "mlp", SmallMLP)
+register("asyncsgd-problem", "quadratic", lambda seed=0, comm=None, **values: Quadratic(**values),
+         options=QUADRATIC_OPTIONS)
+register("asyncsgd-problem", "worst-case", lambda seed=0, comm=None, **values: WorstCase(**values),
+         options=WORST_CASE_OPTIONS)
+register("asyncsgd-problem", "logistic", Logistic, options=LOGISTIC_OPTIONS)
+register("asyncsgd-problem", "mlp", SmallMLP, options=MLP_OPTIONS)
 PROBLEMS = names("asyncsgd-problem")
 
 
-def get_problem(problem, seed=0, comm=None, **options):
-    """A Problem from a registered name (built with ``options``) or a Problem given as it is."""
+def get_problem(problem, seed=0, comm=None, **values):
+    """A Problem from a registered name, built with its declared options ``values`` (checked, the defaults
+    filled in; ValueError with the one-line problem), or a Problem given as it is."""
     if isinstance(problem, Problem):
         return problem
-    return lookup("asyncsgd-problem", problem)(seed=seed, comm=comm, **options)
+    factory = lookup("asyncsgd-problem", problem)
+    return factory(seed=seed, comm=comm, **options("asyncsgd-problem", problem).resolve(
+        values, f"asyncsgd-problem {problem!r}"))

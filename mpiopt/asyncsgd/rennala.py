@@ -15,13 +15,27 @@ gradients and, on restart, sends x_{k+1} to all n workers.
 ``restart=False`` lets workers finish what they compute; their late gradients
 (computed at an older point) are then counted as discarded on arrival.
 """
+from ..core.options import Option, Options
 from ..core.registry import register
+from . import theory
 from .base import ALL, Accumulator, Method
 
 
 @register("asyncsgd-method", "rennala")
 class RennalaSGD(Method):
     name = "rennala"
+    options = Options(
+        Option("batch", int, None, "B, gradients per step (None: max(1, ceil(sigma^2/epsilon)))", low=1),
+        Option("restart", bool, True, "after a step every worker restarts at the new point"))
+
+    @classmethod
+    def theory_options(cls, values, problem, epsilon):
+        return {**values, "batch": values["batch"] or theory.default_batch(problem.sigma2, epsilon)}
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        return theory.default_step_size("rennala", n_workers, problem.L, problem.sigma2, epsilon,
+                                        batch=values["batch"])
 
     def __init__(self, x0, n_workers, step_size, batch, restart=True):
         super().__init__(x0, n_workers, step_size)

@@ -17,13 +17,37 @@ Per accepted or discarded gradient the server receives d words and sends d.
 """
 import math
 
+from ..core.options import Option, Options
 from ..core.registry import register
+from ..core.settings import is_integer
+from . import theory
 from .base import ALL, Method
 
 
 @register("asyncsgd-method", "ringmaster")
 class RingmasterASGD(Method):
     name = "ringmaster"
+    # R is an integer or inf, which a declared float (finite) or int cannot say: check_options checks it
+    options = Options(
+        Option("threshold", object, None,
+               "delay threshold R, an integer >= 1 or inf (None: max(1, ceil(sigma^2/epsilon)))"),
+        Option("stop_computations", bool, False, "stop a worker's gradient once its delay reaches R"))
+
+    @classmethod
+    def check_options(cls, values):
+        threshold = values.get("threshold")
+        if threshold is None or (is_integer(threshold) and threshold >= 1) or threshold == math.inf:
+            return None
+        return f"{cls.owner()}: threshold must be None, an integer >= 1 or inf, got {threshold!r}"
+
+    @classmethod
+    def theory_options(cls, values, problem, epsilon):
+        return {**values, "threshold": values["threshold"] or theory.default_batch(problem.sigma2, epsilon)}
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        return theory.default_step_size("ringmaster", n_workers, problem.L, problem.sigma2, epsilon,
+                                        threshold=values["threshold"])
 
     def __init__(self, x0, n_workers, step_size, threshold, stop_computations=False):
         super().__init__(x0, n_workers, step_size)

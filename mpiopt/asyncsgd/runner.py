@@ -1,9 +1,10 @@
-"""What both runtimes share: building a method from the settings and the theory, and recording a run.
+"""What both runtimes share: building a method from the settings, and recording a run.
 
 The runtimes differ only in where gradients come from and what time is;
-everything a method is given (its parameters from :mod:`.theory`) and
-everything a run reports (the history, the stopping rule, the per-worker
-counts, the result) is decided here, once.
+the method is built from its declared options (it knows its theory's
+defaults: :meth:`.base.Method.build`), and everything a run reports (the
+history, the stopping rule, the per-worker counts, the result) is decided
+here, once.
 """
 import math
 import time as clock
@@ -17,26 +18,9 @@ from .result import HISTORY_COLUMNS, AsyncSGDResult
 
 
 def build_method(settings, problem, n_workers, epsilon):
-    """The method of ``settings`` at ``problem.x0()``, with the theory's parameters where none are given."""
-    name, L, sigma2 = settings.method, problem.L, problem.sigma2
-    cls = lookup("asyncsgd-method", name)
-    x0 = problem.x0()
-    if name == "rennala":
-        batch = settings.batch or theory.default_batch(sigma2, epsilon)
-        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon, batch=batch)
-        return cls(x0, n_workers, gamma, batch=batch, restart=settings.restart)
-    if name == "ringmaster":
-        threshold = settings.threshold or theory.default_batch(sigma2, epsilon)
-        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon,
-                                                               threshold=threshold)
-        return cls(x0, n_workers, gamma, threshold=threshold, stop_computations=settings.stop_computations)
-    if name == "asgd":
-        gamma = settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon)
-        return cls(x0, n_workers, gamma, L=L, delay_adaptive=settings.delay_adaptive)
-    if name == "minibatch":
-        return cls(x0, n_workers, settings.step_size or theory.default_step_size(name, n_workers, L, sigma2, epsilon))
-    # a method registered by a user: it takes (x0, n_workers, step_size)
-    return cls(x0, n_workers, settings.step_size or theory.default_step_size("asgd", n_workers, L, sigma2, epsilon))
+    """The method of ``settings`` at ``problem.x0()``, built from its declared options (``Method.build``)."""
+    cls = lookup("asyncsgd-method", settings.method)
+    return cls.build(problem, n_workers, epsilon, settings.step_size, settings.method_values())
 
 
 class Recorder:

@@ -1,19 +1,34 @@
 """Settings of a heterogeneous-worker SGD run, validated once on every rank (mpiopt.core.settings).
 
-Defaults live here and nowhere else; ``None`` for ``step_size``, ``batch`` and
-``threshold`` means the theory's value (:mod:`.theory`).
+The run's defaults live here; a method's own options are declared by the
+method (``Method.options``) and given in ``method_options``, a compute-time
+model's in ``tau_options``, and both are checked against those declarations
+with the other settings, collectively.  The built-in methods' options are
+also settings of their own (``batch``, ``threshold``, ``stop_computations``,
+``delay_adaptive``, ``restart``: the flattened keywords of ``async_sgd`` and
+the command line), whose defaults are read from the methods' declarations.
+``None`` for ``step_size``, ``batch`` and ``threshold`` means the theory's
+value (:mod:`.theory`).
 """
 import dataclasses
 import math
 
-from ..core.registry import names
+from ..core.registry import lookup, names, options_problem
 from ..core.settings import Settings, is_integer, is_number
+from .asgd import AsynchronousSGD
+from .rennala import RennalaSGD
+from .ringmaster import RingmasterASGD
 
 RUNTIMES = ("simulator", "mpi")
 
 
 def _positive_or_none(value):
     return value is None or (is_number(value) and value > 0)
+
+
+def _declared(method, name):
+    """The default that ``method`` (a Method class) declares for its option ``name``."""
+    return method.options[name].default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,11 +41,13 @@ class AsyncSGDSettings(Settings):
     tau: object = "sqrt"           # compute-time model name (registry kind "tau-model"), a TauModel, or times
     epsilon: float = None          # target for ||grad f(x)||^2 (None: 1e-2 ||grad f(x0)||^2)
     step_size: float = None        # gamma (None: the theory's, from L, sigma^2, epsilon and n)
-    batch: int = None              # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
-    threshold: float = None        # Ringmaster's delay threshold R (None: max(1, ceil(sigma^2/epsilon)); inf allowed)
-    stop_computations: bool = False  # Ringmaster: stop a worker's gradient once its delay reaches R
-    delay_adaptive: bool = True    # Asynchronous SGD: gamma_k = min(gamma, 1/(2 L delay_k))
-    restart: bool = True           # Rennala: after a step every worker restarts at the new point
+    method_options: dict = None    # the method's declared options by name, e.g. {"batch": 8} (None: its defaults)
+    tau_options: dict = None       # the compute-time model's declared options, e.g. {"sigma": 1.0} (tau a name)
+    batch: int = _declared(RennalaSGD, "batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
+    threshold: float = _declared(RingmasterASGD, "threshold")  # Ringmaster's R (None: the theory's; inf allowed)
+    stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
+    delay_adaptive: bool = _declared(AsynchronousSGD, "delay_adaptive")  # ASGD: gamma_k = min(gamma, 1/(2L delay_k))
+    restart: bool = _declared(RennalaSGD, "restart")  # Rennala: after a step every worker restarts at the new point
     max_steps: int = None          # stop after this many steps (None: no cap)
     max_gradients: int = 10000000  # stop after this many gradients have arrived at the server (None: no cap)
     max_time: float = None         # stop at this time, in compute-time units (None: no cap)
@@ -76,7 +93,35 @@ class AsyncSGDSettings(Settings):
              f"idle_timeout must be a number > 0, got {self.idle_timeout!r}"),
             (integer(self.log_every) and self.log_every >= 1,
              f"log_every must be an integer >= 1, got {self.log_every!r}"),
+            *self._declared_checks(),
         ]
+
+    def _declared_checks(self):
+        """The checks of the method's and the compute-time model's options against their declarations."""
+        method_problem = tau_problem = None
+        if self.method in names("asyncsgd-method") and isinstance(self.method_options, (dict, type(None))):
+            method_problem = lookup("asyncsgd-method", self.method).options_problem(self.method_values())
+        if self.tau_options and not isinstance(self.tau, str):
+            tau_problem = f"tau_options are for a compute-time model given by name, not tau={self.tau!r}"
+        elif self.tau_options and self.tau in names("tau-model") and isinstance(self.tau_options, dict):
+            tau_problem = options_problem("tau-model", self.tau, self.tau_options)
+        return [
+            (self.method_options is None or isinstance(self.method_options, dict),
+             f"method_options must be a dict or None, got {self.method_options!r}"),
+            (method_problem is None, method_problem),
+            (self.tau_options is None or isinstance(self.tau_options, dict),
+             f"tau_options must be a dict or None, got {self.tau_options!r}"),
+            (tau_problem is None, tau_problem),
+        ]
+
+    def method_values(self):
+        """The chosen method's options: ``method_options`` (as ``async_sgd`` routes them), or, for settings made
+        without them, the settings named as the method's declared options."""
+        if self.method_options is not None:
+            return dict(self.method_options)
+        fields = {field.name for field in dataclasses.fields(self)}
+        return {name: getattr(self, name) for name in lookup("asyncsgd-method", self.method).options
+                if name in fields}
 
     def as_dict(self):
         payload = super().as_dict()
@@ -84,4 +129,45 @@ class AsyncSGDSettings(Settings):
             payload["tau"] = getattr(self.tau, "describe", lambda: repr(self.tau))()
         if payload["threshold"] == math.inf:
             payload["threshold"] = "inf"
+        if isinstance(self.method_options, dict):
+            payload["method_options"] = {name: "inf" if _is_inf(value) else value
+                                         for name, value in self.method_options.items()}
         return payload
+
+
+def route_method_options(settings, method_options=None):
+    """``async_sgd``'s keywords as settings, with the chosen method's options gathered in ``method_options``.
+
+    A keyword that the method declares (``Method.options``) is one of its options, from the flattened
+    keywords (``batch=8``) or ``method_options`` ({"batch": 8}); one that is also a setting (the built-in
+    methods' are) stays a setting too, and a setting of that name given only in ``method_options`` is set
+    from it.  Returns (settings, a problem or None): the same option given both ways with two values."""
+    method = settings.get("method", AsyncSGDSettings.method)
+    if not isinstance(method_options, (dict, type(None))) or not isinstance(method, str) or \
+            method not in names("asyncsgd-method"):
+        return dict(settings, method_options=method_options), None  # the settings' checks say what is wrong
+    declared = lookup("asyncsgd-method", method).options
+    fields = {field.name for field in dataclasses.fields(AsyncSGDSettings)}
+    given = dict(method_options or {})
+    routed, problem = {}, None
+    for name, value in settings.items():
+        if name in declared:
+            if name in given and given[name] is not value and not _same(given[name], value):
+                problem = f"{name} is given twice: {name}={value!r} and method_options[{name!r}]={given[name]!r}"
+            given.setdefault(name, value)
+        if name in fields or name not in declared:
+            routed[name] = value  # a setting, or an unknown name that the settings refuse
+    routed.update({name: value for name, value in given.items() if name in fields and name not in settings})
+    routed["method_options"] = given
+    return routed, problem
+
+
+def _same(a, b):
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _is_inf(value):
+    return isinstance(value, float) and value == math.inf

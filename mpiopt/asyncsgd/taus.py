@@ -9,21 +9,24 @@ every gradient from one standard variate:
 ``sqrt``       tau_i = sqrt(i)                                  fixed
 ``linear``     tau_i = i                                        fixed
 ``exponential`` Exp with mean sqrt(i), per gradient             random
-``lognormal``  sqrt(i) exp(s Z - s^2/2), Z ~ N(0,1), s = 0.5    random
+``lognormal``  sqrt(i) exp(s Z - s^2/2), Z ~ N(0,1), s = sigma   random   (option sigma, default 0.5)
 ``ringmaster`` 1 + sqrt(i) + |N(0, i + 1)|, per gradient        random   (the Ringmaster paper's setting)
 ``real``       the gradient's real computing time (MPI only)    -
 =============  ==============================================  =========
 
-``fixed_taus(values)`` makes a fixed model from explicit times.  Times are in
-units: the simulator's clock counts them, the MPI runtime sleeps
-``time_unit`` seconds per unit.  A user registers a model of their own with
-``register("tau-model", name, factory)``.
+Explicit times (``tau=[1, 2.5, 4]``) make a fixed model, :class:`FixedTaus`.
+Times are in units: the simulator's clock counts them, the MPI runtime
+sleeps ``time_unit`` seconds per unit.  A model's options are declared with
+its registration (``register("tau-model", name, factory, options=Options(...))``)
+and given as ``tau_options`` (``{"sigma": 1.0}``); a user registers a model of
+their own the same way.
 """
 import math
 
 import numpy as np
 
-from ..core.registry import lookup, names, register
+from ..core.options import Option, Options
+from ..core.registry import lookup, names, options, register
 
 
 class TauModel:
@@ -96,6 +99,7 @@ class FixedTaus(TauModel):
     """Explicit per-worker times (worker i takes ``values[i - 1]``)."""
 
     name = "fixed"
+    options = Options(Option("values", object, help="worker i's time is values[i - 1]: finite numbers > 0"))
 
     def __init__(self, values):
         self.values = np.asarray(values, dtype=np.float64).reshape(-1)
@@ -122,15 +126,21 @@ class RealWork(TauModel):
 
 
 LOGNORMAL_SIGMA = 0.5
+_zero = np.zeros_like
+
+
+def _lognormal(sigma=LOGNORMAL_SIGMA):
+    name = "lognormal" if sigma == LOGNORMAL_SIGMA else f"lognormal(sigma={sigma:g})"
+    return Formula(name, np.sqrt, "normal", _zero, np.sqrt, lambda z: np.exp(sigma * z - sigma ** 2 / 2))
+
+
 register("tau-model", "constant", lambda: Formula("constant", lambda i: np.ones_like(i)))
 register("tau-model", "sqrt", lambda: Formula("sqrt", np.sqrt))
 register("tau-model", "linear", lambda: Formula("linear", lambda i: i.copy()))
-_zero = np.zeros_like
 register("tau-model", "exponential",
          lambda: Formula("exponential", np.sqrt, "exponential", _zero, np.sqrt, lambda e: e))
-register("tau-model", "lognormal",
-         lambda: Formula("lognormal", np.sqrt, "normal", _zero, np.sqrt,
-                         lambda z: np.exp(LOGNORMAL_SIGMA * z - LOGNORMAL_SIGMA ** 2 / 2)))
+register("tau-model", "lognormal", _lognormal, options=Options(
+    Option("sigma", float, LOGNORMAL_SIGMA, "s, the spread of log tau (the mean stays sqrt(i))", low=0)))
 register("tau-model", "ringmaster",
          lambda: Formula("ringmaster", lambda i: 1 + np.sqrt(i) + np.sqrt(2 * (i + 1) / math.pi), "normal",
                          lambda i: 1 + np.sqrt(i), lambda i: np.sqrt(i + 1), np.abs))
@@ -138,10 +148,12 @@ register("tau-model", "real", RealWork)
 TAU_MODELS = names("tau-model")
 
 
-def get_tau_model(model):
-    """A TauModel from a registered name, a TauModel, or a sequence of fixed times."""
+def get_tau_model(model, **values):
+    """A TauModel from a registered name (built with its declared options ``values``, the defaults filled
+    in), a TauModel, or a sequence of fixed times."""
     if isinstance(model, TauModel):
         return model
     if isinstance(model, str):
-        return lookup("tau-model", model)()
+        factory = lookup("tau-model", model)
+        return factory(**options("tau-model", model).resolve(values, f"tau-model {model!r}"))
     return FixedTaus(model)

@@ -19,18 +19,50 @@ The checkpoint argument the renderer adds for ``solve`` is the script's
 variable, ``--checkpoint "$CHECKPOINT"``; every user argument is quoted as it
 is, so one that contains ``${CHECKPOINT}`` reaches the job byte for byte, and a
 user's own ``--checkpoint VALUE`` is passed as given.
+
+A workload's options are those of its batch script, declared once
+(``SCRIPT_OPTIONS``; ``RESUMING_OPTIONS`` adds ``checkpoint`` for a workload
+that resumes) and read from ``registry.options("workload", name)``: the
+renderer checks its keywords against them and fills in their defaults.  The
+workload's own arguments (after ``--`` on the command line) are its
+subcommand's or script's, checked by that parser.
 """
 import re
 import shlex
 from typing import NamedTuple
 
+from ..core.options import Option, Options
 from ..core.registry import lookup, names, register, unknown
+
+# The batch script's options, which every workload takes (render_script's keywords).
+SCRIPT_OPTIONS = Options(
+    Option("job_name", str, None, "the job's name: 1-64 letters, digits, '_', '.' or '-' (None: mpiopt-WORKLOAD)"),
+    Option("ntasks", int, 2, "MPI ranks (--ntasks)", low=1),
+    Option("cpus_per_task", int, 1, "threads per rank (--cpus-per-task)", low=1),
+    Option("time", str, "00:10:00", "the time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS"),
+    Option("python", str, "python3", "the job's Python (MPIOPT_PYTHON overrides it when the job runs)"),
+    Option("launcher", str, "srun", "srun --mpi=pmi2, or the mpiexec beside the Python",
+           choices=("srun", "mpiexec")),
+    Option("signal_seconds", int, None, "SIGUSR1 this many seconds before the time limit: checkpoint, requeue "
+                                        "(None or 0: no signal)", low=0),
+    Option("workdir", object, None, "the job's working directory, a path (--chdir; None: where it is submitted)"),
+    Option("partition", str, None, "the partition: letters, digits, '_', '.' or '-' (None: the default one)"))
+# ... and a workload that resumes from --checkpoint also takes this one.
+RESUMING_OPTIONS = SCRIPT_OPTIONS + Options(
+    Option("checkpoint", bool, True, 'add --checkpoint "$CHECKPOINT" (unless the arguments give one), so that a '
+                                     'requeued job resumes'))
+
 
 class Workload(NamedTuple):
     """What a batch script runs: the Python arguments, and whether it resumes from ``--checkpoint``."""
 
     argv: list
     resumes: bool = False
+
+    @property
+    def options(self):
+        """The declared options of the workload's batch script (:func:`render_script`'s keywords)."""
+        return RESUMING_OPTIONS if self.resumes else SCRIPT_OPTIONS
 
 
 # Each workload registers itself (mpiopt.core.registry, kind "workload").
@@ -52,26 +84,34 @@ TIME = re.compile(r"(\d+-)?\d{1,2}(:\d{2}){0,2}")
 SCRIPT_CHECKPOINT = object()
 
 
-def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_task=1, time="00:10:00",
-                  python="python3", launcher="srun", signal_seconds=None, checkpoint=True, workdir=None,
-                  partition=None):
-    """The text of a batch script that runs ``workload`` with ``arguments`` (a list of strings)."""
-    if unknown("workload", workload):
-        raise ValueError(unknown("workload", workload))
-    job_name = job_name or f"mpiopt-{workload}"
+def script_options(workload, options):
+    """``options`` checked against the workload's declaration (then the patterns that keep names and times
+    plain words) and completed with its defaults; ValueError with a one-line message."""
+    message = unknown("workload", workload)
+    if message:
+        raise ValueError(message)
+    values = lookup("workload", workload).options.resolve(options, f"workload {workload!r}")
+    job_name, time, partition = values["job_name"] or f"mpiopt-{workload}", values["time"], values["partition"]
     if not NAME.fullmatch(job_name):
         raise ValueError(f"job name {job_name!r}: use 1-64 letters, digits, '_', '.' or '-'")
     if not TIME.fullmatch(time):
         raise ValueError(f"time {time!r}: use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
     if partition is not None and not NAME.fullmatch(partition):
         raise ValueError(f"partition {partition!r}: use letters, digits, '_', '.' or '-'")
-    for name, value in (("ntasks", ntasks), ("cpus_per_task", cpus_per_task)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    if launcher not in ("srun", "mpiexec"):
-        raise ValueError(f"launcher must be srun or mpiexec, got {launcher!r}")
+    return dict(values, job_name=job_name)
+
+
+def render_script(workload, arguments=(), **options):
+    """The text of a batch script that runs ``workload`` with ``arguments`` (a list of strings).
+
+    ``options``: the workload's declared options (``registry.options("workload", workload)``): job_name,
+    ntasks, cpus_per_task, time, python, launcher, signal_seconds, workdir, partition, and checkpoint for a
+    workload that resumes."""
+    values = script_options(workload, options)
+    job_name, launcher, signal_seconds = values["job_name"], values["launcher"], values["signal_seconds"]
+    python, partition, workdir = values["python"], values["partition"], values["workdir"]
     arguments = [str(a) for a in arguments]
-    if checkpoint and lookup("workload", workload).resumes and not any(
+    if values.get("checkpoint") and not any(
             a == "--checkpoint" or a.startswith("--checkpoint=") for a in arguments):
         arguments += ["--checkpoint", SCRIPT_CHECKPOINT]
     quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
@@ -83,9 +123,9 @@ def render_script(workload, arguments=(), *, job_name=None, ntasks=2, cpus_per_t
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --ntasks={ntasks}",
-        f"#SBATCH --cpus-per-task={cpus_per_task}",
-        f"#SBATCH --time={time}",
+        f"#SBATCH --ntasks={values['ntasks']}",
+        f"#SBATCH --cpus-per-task={values['cpus_per_task']}",
+        f"#SBATCH --time={values['time']}",
         "#SBATCH --output=%x-%j.out",
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue",

@@ -65,7 +65,8 @@ class FedProx(Strategy):
     name = "fedprox"
     keeps_stragglers = True
     options = Strategy.options + Options(
-        Option("mu", float, 0.01, "the proximal weight: clients minimize F_k(w) + (mu / 2) ||w - w_t||^2", low=0))
+        Option("mu", float, 0.01, "the proximal weight: a client minimizes F_k(w) + (mu / 2) times the squared "
+               "distance to w_t", low=0))
 
     def __init__(self, mu=0.01, server_lr=1.0, server_momentum=0.0):
         if not (is_number(mu) and mu >= 0):

@@ -4,13 +4,15 @@ K virtual clients (K >> ranks; client k on rank k % p) train locally from
 the global model each round; a registered strategy (FedAvg/FedAvgM, FedSGD,
 FedProx, FedNova) combines their updates, the same bit for bit at any rank
 count.  Faults (dropouts, stragglers, failing clients), checkpoints at round
-boundaries, per-round metrics.  See docs/federated.md.
+boundaries, per-round metrics.  Every strategy, partitioner and hook declares
+its options (``registry.options(kind, name)``).  See docs/federated.md.
 
 ================  ==================================================================
 ``strategy.py``   the Strategy base (configure_fit, local objective, aggregate_fit)
 ``strategies.py`` FedAvg, FedSGD, FedProx, FedNova, registered as kind "strategy"
 ``client.py``     one client's local training
 ``runner.py``     the rounds: sampling, faults, the all-gather, hooks, checkpoints, log
+``hooks.py``      DPHook, SecureAggregationHook, registered as kind "hook" ("dp", "secure_aggregation")
 ``partition.py``  iid, pathological, dirichlet, quantity (kind "partition")
 ``synthetic.py``  FedProx's Synthetic(alpha, beta)
 ``settings.py``   ``FederatedSettings``;  ``result.py``: ``FederatedResult``

@@ -287,3 +287,19 @@ def test_a_users_workload_takes_the_declared_batch_script_options():
         assert "#SBATCH --ntasks=3" in text and 'my_script.py --steps 5 --checkpoint "$CHECKPOINT"' in text
     finally:
         registry.unregister("workload", "my-script")
+
+
+# -- the docs' tables are the declarations ------------------------------------------------------------------------
+def test_the_docs_tables_are_generated_from_the_declarations():
+    from pathlib import Path
+
+    from mpiopt.slurm.render import RESUMING_OPTIONS
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    async_sgd_page, cluster_page = (docs / "async_sgd.md").read_text(), (docs / "cluster.md").read_text()
+    for kind in KINDS[:3]:
+        for name in registry.names(kind):
+            cells = "; ".join(f"`{option_name}` ({option.constraint()}, default {option.default!r}): {option.help}"
+                              for option_name, option in registry.options(kind, name).items()) or "none"
+            assert f"| {kind} | `{name}` | {cells} |" in async_sgd_page, (kind, name)
+    for name, option in RESUMING_OPTIONS.items():
+        assert f"| `{name}` | {option.constraint()} | `{option.default!r}` | {option.help} |" in cluster_page, name

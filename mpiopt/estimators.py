@@ -117,7 +117,7 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        weight_only = [name for name in names("penalty") if lookup("penalty", name).options == ("lam",)]
+        weight_only = [name for name in names("penalty") if tuple(lookup("penalty", name).options) == ("lam",)]
         if self.penalty not in weight_only:
             raise ValueError(f"penalty must be one of {', '.join(map(repr, weight_only))} (a registered penalty "
                              f"with a weight only), got {self.penalty!r}")

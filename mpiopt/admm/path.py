@@ -23,7 +23,8 @@ from mpi4py import MPI
 from ..collectives import REDUCERS, Reducer, get_reducer
 from ..core.backend import to_host
 from ..core.io import write_json
-from .solver import Problem
+from .pieces import split_keywords
+from .solver import SETTINGS, Problem
 
 
 @dataclasses.dataclass
@@ -48,13 +49,19 @@ class PathResult:
 
 
 def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=None, *, n_lams=20,
-                        lam_min_ratio=1e-3, lams=None, l1_ratio=0.5, intercept=False, delta=1.0,
-                        x_solver="lbfgs", **settings):
-    """Solve for each weight of a decreasing grid (or of ``lams``), warm-starting each solve."""
+                        lam_min_ratio=1e-3, lams=None, intercept=False, penalty_options=None, loss_options=None,
+                        **settings):
+    """Solve for each weight of a decreasing grid (or of ``lams``), warm-starting each solve.
+
+    ``settings`` are the ADMM settings and the options the penalty and the loss declare (``l1_ratio``,
+    ``delta``, ``x_solver``, ...; or as the dicts ``penalty_options`` and ``loss_options``), as for
+    :func:`mpiopt.admm.solve`."""
     start = time.perf_counter()
-    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver,
-                      blas_threads=settings.get("blas_threads"))
-    largest = problem.lambda_max(penalty, l1_ratio)
+    penalty_keywords, loss_keywords, settings = split_keywords(settings, SETTINGS, penalty=penalty, loss=loss)
+    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, loss_options=loss_options,
+                      blas_threads=settings.get("blas_threads"), **loss_keywords)
+    settings = dict(settings, **penalty_keywords, penalty_options=penalty_options)
+    largest = problem.lambda_max(penalty, penalty_options={**penalty_keywords, **(penalty_options or {})})
     if lams is None:
         lams = largest * np.logspace(0, np.log10(lam_min_ratio), n_lams)
     lams = np.sort(np.asarray(lams, dtype=float))[::-1]
@@ -72,8 +79,7 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
     try:
         for lam in lams:
             tick = time.perf_counter()
-            previous = problem.solve(penalty, float(lam), l1_ratio=l1_ratio, warm_start=previous,
-                                     **dict(settings, reducer=reducer))
+            previous = problem.solve(penalty, float(lam), warm_start=previous, **dict(settings, reducer=reducer))
             seconds.append(time.perf_counter() - tick)
             results.append(previous)
     finally:

@@ -7,11 +7,13 @@ not touch it (Parikh and Boyd, Proximal Algorithms, 2014, section 6).
 A penalty registers itself by name (``register("penalty", name)``) and owns
 what the solver needs to know of it, as skglm's penalties do:
 
-* ``options``: the keyword options its constructor takes (``lam``,
-  ``l1_ratio``, ``groups``, ``lower``, ``upper``); a penalty taking ``lam`` is
-  weighted, and its weight may be given as ``lam_ratio`` times lambda_max when
-  it has one;
-* ``check(options, n_features)``: a message when its options are invalid;
+* ``options``: the keyword options its constructor takes, declared once
+  (``Options(Option(...))``, :mod:`mpiopt.core.options`: type, default,
+  constraint, help); a penalty taking ``lam`` is weighted, and its weight may
+  be given as ``lam_ratio`` times lambda_max when it has one;
+* ``check(options, n_features)``: a message when its options (every declared
+  one, with its default) do not suit the data or each other, which a
+  declaration cannot say (``groups``' length, ``lower <= upper``);
 * ``lambda_max(gradient, options)``: the smallest weight for which every
   coefficient is 0, from the gradient of the loss at the best null model (None:
   the penalty has no such weight);
@@ -26,9 +28,10 @@ A user registers a penalty of their own the same way and uses it by name::
 
     @register("penalty", "l1_capped")
     class CappedL1(Penalty):
-        options = ("lam",)
+        options = Options(LAM, Option("cap", float, 1.0, "|z| beyond which the penalty is flat", low=0,
+                                      low_open=True))
         ...
-    solve(A_local, b_local, penalty="l1_capped", lam=0.5, comm=comm)
+    solve(A_local, b_local, penalty="l1_capped", lam=0.5, penalty_options={"cap": 2.0}, comm=comm)
 """
 import hashlib
 import math
@@ -36,7 +39,9 @@ import math
 import numpy as np
 
 from ..core.backend import to_host
+from ..core.options import NO_OPTIONS, Option, Options
 from ..core.registry import register
+from .pieces import LAM, WordedOption
 from .prox import soft_threshold
 
 
@@ -49,16 +54,12 @@ def _exact(value):
             "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
 
 
-def _is_number(value):
-    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
 class Penalty:
     """Base class, and the penalty "none" (g = 0).  ``xp`` is the array module (numpy or CuPy)."""
 
     name = "none"
     xp = np
-    options = ()
+    options = NO_OPTIONS
 
     @classmethod
     def weighted(cls):
@@ -70,7 +71,8 @@ class Penalty:
 
     @classmethod
     def check(cls, options, n_features):
-        """A message when ``options`` (a dict with every option name) do not suit this penalty, else None."""
+        """A message when ``options`` (a dict with every declared option) do not suit the ``n_features``
+        columns or each other, else None; the declaration has already checked each value."""
         return None
 
     @classmethod
@@ -122,7 +124,7 @@ class L1(Penalty):
     """lam ||z||_1: soft-thresholding."""
 
     name = "l1"
-    options = ("lam",)
+    options = Options(LAM)
 
     @classmethod
     def lambda_max(cls, gradient, options):
@@ -151,7 +153,7 @@ class L2(Penalty):
     """(lam / 2) ||z||^2 (ridge): a shrinkage by 1 / (1 + lam step)."""
 
     name = "l2"
-    options = ("lam",)
+    options = Options(LAM)
 
     def __init__(self, lam):
         self.lam = float(lam)
@@ -171,12 +173,8 @@ class ElasticNet(Penalty):
     """lam (l1_ratio ||z||_1 + (1 - l1_ratio) / 2 ||z||^2), scikit-learn's convention."""
 
     name = "elastic_net"
-    options = ("lam", "l1_ratio")
-
-    @classmethod
-    def check(cls, options, n_features):
-        ratio = options["l1_ratio"]
-        return None if _is_number(ratio) and 0 < ratio <= 1 else f"l1_ratio must be in (0, 1], got {ratio!r}"
+    options = Options(LAM, WordedOption("l1_ratio", float, 0.5, "the share of the L1 part (1: the lasso)", low=0,
+                                        low_open=True, high=1, words="{name} must be in (0, 1], got {value!r}"))
 
     @classmethod
     def lambda_max(cls, gradient, options):
@@ -206,7 +204,7 @@ class GroupLasso(Penalty):
     """
 
     name = "group_lasso"
-    options = ("lam", "groups")
+    options = Options(LAM, Option("groups", object, None, "an integer group label per column (-1: not penalized)"))
 
     @classmethod
     def check(cls, options, n_features):
@@ -254,7 +252,27 @@ class Box(Penalty):
     """The indicator of lower <= z <= upper (scalars or arrays): a projection."""
 
     name = "box"
-    options = ("lower", "upper")
+    options = Options(Option("lower", object, -np.inf, "the lower bound: a number, or an array of one per column"),
+                      Option("upper", object, np.inf, "the upper bound: a number, or an array of one per column"))
+
+    @classmethod
+    def check(cls, options, n_features):
+        bounds = []
+        for name in ("lower", "upper"):
+            bound = options.get(name, cls.options[name].default)
+            try:
+                values = np.asarray(to_host(bound), dtype=float)
+            except (TypeError, ValueError):
+                return f"{name} must be a number or an array of numbers, got {bound!r}"
+            if values.ndim and values.shape != (n_features,):
+                return f"{name} must be a number or an array of {n_features} bounds, got shape {values.shape}"
+            if np.isnan(values).any():
+                return f"{name} must not be NaN"
+            bounds.append(values)
+        above = np.broadcast_to(bounds[0] > bounds[1], (n_features,))
+        if above.any():
+            return f"lower must be <= upper, but lower > upper at {int(above.sum())} of the {n_features} columns"
+        return None
 
     def __init__(self, lower=-np.inf, upper=np.inf):
         self.lower, self.upper = lower, upper
@@ -284,7 +302,11 @@ class NonNegative(Box):
     """The indicator of z >= 0."""
 
     name = "nonnegative"
-    options = ()
+    options = NO_OPTIONS
+
+    @classmethod
+    def check(cls, options, n_features):
+        return None
 
     def __init__(self):
         super().__init__(0.0, np.inf)

@@ -8,7 +8,10 @@ registry (mpiopt.core.registry), where each registers itself: today ``squared``
 ``huber`` (robust regression, ``delta``); ``l1``, ``l2``, ``elastic_net``
 (``l1_ratio``), ``group_lasso`` (``groups``), ``nonnegative``, ``box``
 (``lower``, ``upper``), ``none``, and whatever a user registers; a
-:mod:`mpiopt.admm.penalties` object is accepted too.  ``intercept=True`` appends
+:mod:`mpiopt.admm.penalties` object is accepted too.  Each piece declares its
+options, and the keywords go to the piece that declares them (``l1_ratio=0.3``,
+``delta=0.5``) or come as dicts, ``penalty_options={"gamma": 3}`` and
+``loss_options={"delta": 0.5}`` (see :mod:`mpiopt.admm.pieces`).  ``intercept=True`` appends
 an unpenalized column of ones.  A (m_i x n) may be dense numpy, dense CuPy or
 scipy.sparse CSR/CSC.  Validation is collective: every rank raises the same
 CollectiveError naming the offending ranks.
@@ -38,15 +41,13 @@ from .engine import ConsensusADMM
 import types
 
 from .gap import column_norms, dual_point, gap_terms, screen
+from .penalties import _exact
+from .pieces import declared, declared_of, merge, split_keywords
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
 from .workingset import working_set_solve
 
-PENALTY_OPTIONS = ("lam", "l1_ratio", "groups", "lower", "upper")
-
-
-def _is_number(value):
-    return isinstance(value, (int, float, numpy.integer, numpy.floating)) and not isinstance(value, bool)
+SETTINGS = frozenset(field.name for field in dataclasses.fields(ADMMSettings))
 
 
 def _values(array):
@@ -76,25 +77,55 @@ def data_problem(A, b, xp, b_name="b_local"):
     ])
 
 
-def penalty_problem(penalty, options, lam_ratio, n_features):
-    """The first problem with the penalty and its options, or None (the penalty's own checks included)."""
+def penalty_problem(penalty, lam, options, lam_ratio, n_features, merging=None):
+    """The first problem with the penalty and its options, or None: the weight (``lam`` or ``lam_ratio``),
+    then the other options against the penalty's declaration, then the penalty's own checks.
+
+    ``options`` are the options given besides the positional ``lam`` (keywords and ``penalty_options``
+    merged); ``merging`` a problem found while merging them (an option given twice)."""
     if isinstance(penalty, penalty_classes.Penalty):
-        return None
+        return "penalty_options go with a penalty name, not a Penalty object" if options else None
     if unknown("penalty", penalty):
         return unknown("penalty", penalty) + " (or a Penalty object)"
+    if merging:
+        return merging
     kind = lookup("penalty", penalty)
+    declaration = declared(kind, "penalty")
+    every = {**declaration.defaults(), **options}  # for the penalty's own check
+    owner = f"penalty {penalty!r}"
+    message = declaration.unknown(options, owner)
+    if message:
+        return message
     if kind.weighted():
-        lam = options["lam"]
+        lam = every["lam"] = options.get("lam", lam)
         if (lam is None) == (lam_ratio is None):
             return "give exactly one of lam and lam_ratio"
         if lam_ratio is not None and not kind.has_lambda_max():
             having = [name for name in names("penalty") if lookup("penalty", name).has_lambda_max()]
             return (f"lam_ratio needs penalty {' or '.join(having)} (they have a lambda_max); "
                     f"give lam for {penalty}")
-        name, value = ("lam", lam) if lam is not None else ("lam_ratio", lam_ratio)
-        if not _is_number(value) or not value >= 0 or value == float("inf"):
-            return f"{name} must be a finite number >= 0, got {value!r}"
-    return kind.check(options, n_features)
+        weight = declaration["lam"] if lam is not None else dataclasses.replace(declaration["lam"], name="lam_ratio")
+        message = weight.problem(lam if lam is not None else lam_ratio)  # lam_ratio meets lam's constraint
+        if message:
+            return message
+        options = {name: value for name, value in options.items() if name != "lam"}
+        declaration = declaration.without("lam")
+    return declaration.problem(options, owner) or kind.check(every, n_features)
+
+
+def _agreeable(value):
+    """Whether ``value`` is compared across ranks as it is (a number, a word; not an array)."""
+    return value is None or isinstance(value, (bool, int, float, str, numpy.integer, numpy.floating))
+
+
+def penalty_options_of(penalty, lam, keywords, given):
+    """(the penalty's options given, the other keywords (settings), a problem or None) of a solve's
+    positional ``lam``, keywords and ``penalty_options`` dict ``given``."""
+    routed, _, settings = split_keywords(keywords, SETTINGS, penalty=penalty)
+    options, problem = merge("penalty", routed, given)
+    if "lam" in options and lam is not None:
+        problem = problem or "lam given twice: as a keyword and in penalty_options; give each option once"
+    return options, settings, problem
 
 
 def lambda_max(shard, penalty_kind, options, intercept, targets, loss_options, comm):
@@ -129,18 +160,30 @@ class Problem:
     regularization path builds one Problem and solves it for every weight.
     """
 
-    def __init__(self, A_local, b_local, loss="squared", comm=None, *, intercept=False, delta=1.0,
-                 x_solver="lbfgs", blas_threads=None):
+    def __init__(self, A_local, b_local, loss="squared", comm=None, *, intercept=False, loss_options=None,
+                 blas_threads=None, **keywords):
+        """``loss_options`` (a dict) and ``keywords`` (``delta=0.5``, ``x_solver="newton"``) are the options
+        that ``loss`` declares; a keyword that only another loss declares is left out (see pieces.py)."""
         start = time.perf_counter()
         self.comm = comm = resolve_comm(comm)
         self.xp = xp = backend.get_array_module(A_local, b_local)
         self.n_features = A_local.shape[1] if getattr(A_local, "ndim", None) == 2 else None
-        self.loss_options = {"delta": delta, "x_solver": x_solver}
-        problem = unknown("loss", loss)
+        _, routed, rest = split_keywords(keywords, (), loss=loss)
+        if rest:
+            raise TypeError(f"Problem() got an unexpected keyword argument {next(iter(rest))!r} (the loss "
+                            f"{loss!r} takes {', '.join(declared_of('loss', loss)) or 'no options'})")
+        given, problem = merge("loss", routed, loss_options)
+        problem = unknown("loss", loss) or problem
         kind = None if problem else lookup("loss", loss)
+        if kind is not None:
+            problem = declared(kind, "loss").problem(given, f"loss {loss!r}")
+        self.loss_options = {**declared(kind, "loss").defaults(), **given} if kind is not None and not problem \
+            else given
         problem = problem or data_problem(A_local, b_local, xp, kind.target_name)
         problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
-        check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept), "delta": delta,
+        check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept),
+                                           **{name: value for name, value in self.loss_options.items()
+                                              if _agreeable(value)},
                                            "n": self.n_features if problem is None else None,
                                            "blas_threads": blas_threads})
         self.blas_threads = blas_threads
@@ -157,8 +200,7 @@ class Problem:
             A = xp.ascontiguousarray(A_local, dtype=xp.float64)
         b = kind.prepare_targets(xp.ascontiguousarray(b_local, dtype=xp.float64), xp)
         self.loss, self.intercept, self.b = kind.name, bool(intercept), b
-        self.delta, self.x_solver = self.loss_options["delta"], self.loss_options["x_solver"]
-        self.shard = kind(Design(A, intercept, xp), b, xp, **{name: self.loss_options[name] for name in kind.options})
+        self.shard = kind(Design(A, intercept, xp), b, xp, **self.loss_options)
         shards = comm.allgather((self.shard.rows, self.shard.kind))
         self.total_rows = sum(rows for rows, _ in shards)
         self.kinds = [shard_kind for _, shard_kind in shards]
@@ -168,28 +210,48 @@ class Problem:
         self._column_norms = None
         self._column_cache = None  # the working sets' gathered columns and Gram matrix (workingset.py)
 
-    def lambda_max(self, penalty="l1", l1_ratio=0.5):
-        """The smallest weight of ``penalty`` for which every coefficient is 0 (None when it has none)."""
-        key = (penalty, l1_ratio)
+    @property
+    def delta(self):
+        """The loss's ``delta`` (Huber), None for a loss without one."""
+        return self.loss_options.get("delta")
+
+    @property
+    def x_solver(self):
+        """The iterative losses' x-step solver, None for a loss without one."""
+        return self.loss_options.get("x_solver")
+
+    def lambda_max(self, penalty="l1", l1_ratio=None, *, penalty_options=None, **keywords):
+        """The smallest weight of ``penalty`` for which every coefficient is 0 (None when it has none); its
+        options as keywords (``l1_ratio``, also the second argument) or ``penalty_options``, defaults
+        otherwise."""
+        if l1_ratio is not None:
+            keywords["l1_ratio"] = l1_ratio
+        kind = lookup("penalty", penalty)
+        routed, _, _ = split_keywords(keywords, (), penalty=penalty)
+        options = {**declared(kind, "penalty").defaults(), **routed, **(penalty_options or {})}
+        options.pop("lam", None)
+        key = (penalty, repr([(name, None if value is None else _exact(value)) for name, value in options.items()]))
         if key not in self._lambda_max:
-            self._lambda_max[key] = lambda_max(self.shard, lookup("penalty", penalty), {"l1_ratio": l1_ratio},
-                                               self.intercept, self.b, self.loss_options, self.comm)
+            self._lambda_max[key] = lambda_max(self.shard, kind, options, self.intercept, self.b, self.loss_options,
+                                               self.comm)
         return self._lambda_max[key]
 
-    def solve(self, penalty="l1", lam=None, *, lam_ratio=None, l1_ratio=0.5, groups=None, lower=-numpy.inf,
-              upper=numpy.inf, warm_start=None, **settings):
+    def solve(self, penalty="l1", lam=None, *, lam_ratio=None, penalty_options=None, warm_start=None, **keywords):
         """One solve; ``warm_start`` is a previous ADMMResult of this problem (x, u and rho reused).
 
+        The keywords are the ADMM settings and the penalty's options (``l1_ratio``, ``groups``, ``lower``,
+        ``upper``, or whatever it declares; see pieces.py); ``penalty_options`` is a dict of the latter.
         Without a ``blas_threads`` setting the problem's (given when it was built) applies.
         """
         start = time.perf_counter()
         comm = self.comm
+        given, settings, merging = penalty_options_of(penalty, lam, keywords, penalty_options)
         settings.setdefault("blas_threads", self.blas_threads)
-        options = dict(lam=lam, l1_ratio=l1_ratio, groups=groups, lower=lower, upper=upper)
         settings_object = ADMMSettings.collective(
-            comm, penalty_problem(penalty, options, lam_ratio, self.n_features),
-            {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__, "lam": lam,
-             "lam_ratio": lam_ratio}, **settings)
+            comm, penalty_problem(penalty, lam, given, lam_ratio, self.n_features, merging),
+            {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__,
+             "lam": given.get("lam", lam), "lam_ratio": lam_ratio}, **settings)
+        options = {**declared_of("penalty", penalty).defaults(), "lam": lam, **given}
         threads = plan_blas_threads(settings_object.blas_threads, comm)
         with blas_threads_for(threads), backend.device_of(self._data[0]):  # the GPU holding the data, if any
             return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start)
@@ -200,7 +262,7 @@ class Problem:
             penalty_object, largest = penalty, None
         else:
             kind = lookup("penalty", penalty)
-            largest = self.lambda_max(penalty, options["l1_ratio"]) if kind.has_lambda_max() else None
+            largest = self.lambda_max(penalty, penalty_options=options) if kind.has_lambda_max() else None
             if lam_ratio is not None:
                 options = dict(options, lam=lam_ratio * largest)
             penalty_object = kind.from_options(options)
@@ -258,12 +320,12 @@ class Problem:
         sub = Problem.__new__(Problem)
         sub.comm, sub.xp, sub.blas_threads = self.comm, self.xp, self.blas_threads
         sub.n_features = A_columns.shape[1]
-        sub.loss_options = dict(self.loss_options, x_solver=x_solver or self.loss_options["x_solver"])
-        sub.loss, sub.intercept, sub.b, sub.delta = self.loss, self.intercept, self.b, self.delta
-        sub.x_solver = sub.loss_options["x_solver"]
+        sub.loss_options = dict(self.loss_options)
+        if x_solver and x_solver != self.x_solver:  # another x-solver: with its own defaults
+            sub.loss_options.update(x_solver=x_solver, x_solver_options=None)
+        sub.loss, sub.intercept, sub.b = self.loss, self.intercept, self.b
         kind = lookup("loss", self.loss)
-        sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp,
-                         **{name: sub.loss_options[name] for name in kind.options})
+        sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp, **sub.loss_options)
         if gram is not None and getattr(sub.shard, "method", None) == "cholesky-tall":
             sub.shard._gram = gram
         sub.total_rows = self.total_rows
@@ -282,8 +344,8 @@ class Problem:
         A_kept = A[:, columns] if is_sparse(A) else A[:, self.xp.asarray(columns)]
         if is_sparse(A_kept) and A.format == "csr":
             A_kept = A_kept.tocsr()
-        return Problem(A_kept, self.b, self.loss, self.comm, intercept=self.intercept, delta=self.delta,
-                       x_solver=self.x_solver, blas_threads=self.blas_threads)
+        return Problem(A_kept, self.b, self.loss, self.comm, intercept=self.intercept, loss_options=self.loss_options,
+                       blas_threads=self.blas_threads)
 
     def _screened_solve(self, settings, start, penalty_object, engine_penalty, options, largest, warm_start):
         """Dynamic gap-safe screening (gap.screen): screen at the starting point (the warm start, else 0),
@@ -365,19 +427,24 @@ class Problem:
         """What pins this rank's problem down exactly, for checkpoints (see checkpoint.py)."""
         kind = lookup("loss", self.loss)
         return {"rows": self.shard.rows, "n": self.shard.n, "loss": self.loss,
-                "loss_parameters": {name: self.loss_options[name] for name in kind.options if name != "x_solver"},
+                "loss_parameters": {name: self.loss_options[name] for name in kind.options
+                                    if name not in ("x_solver", "x_solver_options")},
                 "intercept": self.intercept, "penalty": penalty.fingerprint(), "checksum": _checksum(*self._data)}
 
 
-def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *, intercept=False, delta=1.0,
-          x_solver="lbfgs", **options):
+def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *, intercept=False,
+          penalty_options=None, loss_options=None, **options):
     """Minimize sum_i f_i(x) + g(x) by consensus ADMM; see the module docstring.
 
-    ``options`` are the penalty's (lam_ratio, l1_ratio, groups, lower, upper),
-    ``warm_start`` (a previous result) and the ADMM settings; with the
-    ``checkpoint`` setting an existing checkpoint file is resumed from.
+    ``options`` are ``lam_ratio``, ``warm_start`` (a previous result), the ADMM
+    settings and the options the penalty and the loss declare (``l1_ratio``,
+    ``groups``, ``lower``, ``upper``, ``delta``, ``x_solver``, a user's own),
+    which may also come as the dicts ``penalty_options`` and ``loss_options``;
+    with the ``checkpoint`` setting an existing checkpoint file is resumed from.
     Returns an ADMMResult, the same on every rank.
     """
-    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, delta=delta, x_solver=x_solver,
-                      blas_threads=options.get("blas_threads"))
-    return problem.solve(penalty, lam, **options)
+    penalty_keywords, loss_keywords, rest = split_keywords(options, SETTINGS | {"lam_ratio", "warm_start"},
+                                                           penalty=penalty, loss=loss)
+    problem = Problem(A_local, b_local, loss, comm, intercept=intercept, loss_options=loss_options,
+                      blas_threads=options.get("blas_threads"), **loss_keywords)
+    return problem.solve(penalty, lam, penalty_options=penalty_options, **penalty_keywords, **rest)

@@ -15,19 +15,22 @@ A loss shard provides:
 The engine only calls these, so a new loss never touches it.  The solver also
 asks a loss class, registered by name (``register("loss", name)``), for:
 
-* ``options``: the keyword options its constructor takes (``delta``, ``x_solver``);
-* ``check(targets, options)``: a message when the targets or options do not suit it;
+* ``options``: the keyword options its constructor takes, declared once
+  (``Options(Option(...))``, :mod:`mpiopt.core.options`: ``delta``, ``x_solver``);
+* ``check(targets, options)``: a message when the targets, or options (every declared one,
+  each already checked against its declaration), do not suit it;
 * ``prepare_targets(b, xp)``: the targets it works with (labels as +-1, say);
 * ``null_intercept(targets, comm, options)``: the intercept that minimizes the
   loss when every coefficient is 0 (for lambda_max with an intercept);
 * ``gradient(x)``: its gradient (for lambda_max and the KKT residual).
 """
+from ...core.options import NO_OPTIONS
 
 
 class LossShard:
     name = "loss"
     iterative = False  # True when prox solves iteratively (inexact x-steps)
-    options = ()
+    options = NO_OPTIONS
     target_name = "b_local"  # in error messages
 
     @classmethod

@@ -25,23 +25,31 @@ import numpy as np
 from mpi4py import MPI
 
 from ...core import backend
-from ...core.registry import lookup, register, unknown
+from ...core.options import Option, Options
+from ...core.registry import lookup, options_problem, register, unknown
 from .base import LossShard
 
 
 class GLMLossShard(LossShard):
     iterative = True
-    options = ("x_solver",)
+    options = Options(
+        Option("x_solver", str, "lbfgs", "the x-step's solver, a registered x_solver (lbfgs, newton, ...)"),
+        Option("x_solver_options", object, None, "a dict of the x_solver's own options (None: its defaults)"))
 
     @classmethod
     def check(cls, targets, options):
-        return unknown("x_solver", options["x_solver"])
+        chosen = options.get("x_solver_options")
+        if chosen is not None and not isinstance(chosen, dict):
+            return f"x_solver_options must be a dict of the x_solver's options or None, got {chosen!r}"
+        return unknown("x_solver", options["x_solver"]) or options_problem("x_solver", options["x_solver"],
+                                                                           chosen or {})
 
-    def __init__(self, design, targets, xp, x_solver="lbfgs"):
+    def __init__(self, design, targets, xp, x_solver="lbfgs", x_solver_options=None):
         super().__init__(design, xp)
         self.solve_x_step = lookup("x_solver", x_solver)
         self.targets = targets
         self.x_solver = x_solver
+        self.x_solver_options = dict(x_solver_options or {})
         self._x = xp.zeros(self.n)
         self._outer = None  # A_aug A_aug^T of a wide shard, for Newton's matrix-inversion-lemma step
         self._hessian = None  # Newton's factored Hessian (kept for later directions while it serves)
@@ -63,7 +71,7 @@ class GLMLossShard(LossShard):
         """The x-step to gradient norm ``tolerance``; None (the first iteration): 1e-3 of the starting gradient."""
         if tolerance is None:
             tolerance = 1e-3 * float(self.xp.abs(self._subproblem(self._x, v)[1]).max())
-        self._x = self.solve_x_step(self, v, self._x, tolerance)
+        self._x = self.solve_x_step(self, v, self._x, tolerance, **self.x_solver_options)
         return self._x
 
     def _subproblem(self, x, v):
@@ -128,15 +136,17 @@ class GLMLossShard(LossShard):
                              None if scale is None else self.xp.asarray(scale, dtype=np.float64))
 
 
-@register("x_solver", "lbfgs")
-def lbfgs_x_step(shard, v, x, tolerance):
+@register("x_solver", "lbfgs", options=Options(
+    Option("memory", int, 20, "the correction pairs kept (scipy's maxcor)", low=1),
+    Option("max_iter", int, 10000, "the most iterations of one x-step", low=1)))
+def lbfgs_x_step(shard, v, x, tolerance, memory=20, max_iter=10000):
     """L-BFGS on the x-step's objective from the warm start x, to gradient norm ``tolerance``: scipy's
     L-BFGS-B for numpy arrays, :func:`array_lbfgs` for CuPy arrays (scipy works on the host only)."""
     if not backend.is_numpy(shard.xp):
-        return array_lbfgs(shard, v, x, tolerance)
+        return array_lbfgs(shard, v, x, tolerance, memory, max_iter)
     import scipy.optimize
     result = scipy.optimize.minimize(shard._subproblem, x, args=(v,), jac=True, method="L-BFGS-B",
-                                     options={"gtol": tolerance, "ftol": 0.0, "maxiter": 10000, "maxcor": 20})
+                                     options={"gtol": tolerance, "ftol": 0.0, "maxiter": max_iter, "maxcor": memory})
     shard.inner_iterations += result.nit
     return result.x
 
@@ -222,7 +232,8 @@ def array_lbfgs(shard, v, x, tolerance, memory=20, max_iter=10000, stall=100):
     return x
 
 
-@register("x_solver", "newton")
+@register("x_solver", "newton", options=Options(
+    Option("max_iter", int, 100, "the most Newton steps of one x-step", low=1)))
 def newton_x_step(shard, v, x, tolerance, max_iter=100):
     """Damped Newton with an Armijo line search on the Hessian A^T diag(phi'') A + rho I
     (``newton_direction``: Cholesky for a tall shard, the matrix inversion lemma for a wide one).
@@ -293,15 +304,8 @@ class HuberLossShard(GLMLossShard):
 
     name = "huber"
     curvature_bound = 1.0
-    options = ("delta", "x_solver")
-
-    @classmethod
-    def check(cls, targets, options):
-        delta = options["delta"]
-        if not (isinstance(delta, (int, float, np.integer, np.floating)) and not isinstance(delta, bool)
-                and delta > 0):
-            return f"delta must be > 0, got {delta!r}"
-        return super().check(targets, options)
+    options = Options(Option("delta", float, 1.0, "the width of the quadratic zone", low=0,
+                             low_open=True)) + GLMLossShard.options
 
     @classmethod
     def null_intercept(cls, targets, comm, options):
@@ -315,8 +319,8 @@ class HuberLossShard(GLMLossShard):
             low, high = (middle, high) if slope < 0 else (low, middle)
         return 0.5 * (low + high)
 
-    def __init__(self, design, targets, xp, delta=1.0, x_solver="lbfgs"):
-        super().__init__(design, targets, xp, x_solver)
+    def __init__(self, design, targets, xp, delta=1.0, x_solver="lbfgs", x_solver_options=None):
+        super().__init__(design, targets, xp, x_solver, x_solver_options)
         self.delta = float(delta)
 
     def terms(self, margin):

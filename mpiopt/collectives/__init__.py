@@ -29,7 +29,9 @@ payloads with the reducer ``name``; it counts the bytes each call sent and
 received (``last_bytes_sent``, ``last_bytes_received``, ``bytes_sent``,
 ``bytes_received``).  ``compressor_options_problem(compressor, options,
 reducer)`` says in one line what is wrong with such options (or None),
-without building anything: front ends check with it before any work.
+without building anything: front ends check with it before any work.  Every
+reducer and compressor declares its options (:mod:`mpiopt.core.options`);
+the checks read the declarations.
 
 Every reducer takes CuPy arrays as well as numpy arrays (results are then
 CuPy arrays): the buffers are staged through pinned host memory, or handed to
@@ -50,7 +52,7 @@ from .hierarchical import HierarchicalReducer
 from .parameter_server import ParameterServerReducer, ShardedParameterServerReducer
 from .auto import AutoReducer
 from .async_server import AsyncParameterServer, ParameterServerTimeout
-from .base import DTYPES, OPS, Reducer
+from .base import DTYPES, OPS, Reducer, check_reducer_options, reducer_options_problem
 from .compressed import CompressedReducer, compressor_options_problem
 from .device import cuda_aware as resolve_cuda_aware, detect_cuda_aware, parse_setting
 
@@ -66,7 +68,10 @@ def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **opti
 
     With ``compressor`` (a registered compressor name or object) a :class:`CompressedReducer` over
     the reducer ``name``: ``error_feedback`` (None: by the compressor), ``mode`` and ``check`` are its
-    own, options the compressor lists go to the compressor, the rest to the reducer ``name``."""
+    own, options the compressor declares go to the compressor, the rest to the reducer ``name``.
+
+    The options are checked against the reducer's declaration (``registry.options("reducer", name)``;
+    ``check`` is every reducer's): TypeError for an undeclared one, ValueError for a bad value."""
     try:
         reducer_class = lookup("reducer", name)
     except RegistryError as error:
@@ -77,6 +82,7 @@ def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **opti
     if "error_feedback" in options:
         raise TypeError("error_feedback needs a compressor: get_reducer(name, comm, compressor=..., "
                         "error_feedback=...)")
+    check_reducer_options(name, options)
     reducer = reducer_class(comm=comm, **options)
     if cuda_aware is not None:
         reducer.cuda_aware = cuda_aware
@@ -87,4 +93,4 @@ __all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES",
            "MPIReducer", "OPS", "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS",
            "RecursiveDoublingReducer", "Reducer", "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer",
            "ShardedParameterServerReducer", "chunk_bounds", "compressor_options_problem", "detect_cuda_aware",
-           "get_reducer", "resolve_cuda_aware"]
+           "get_reducer", "reducer_options_problem", "resolve_cuda_aware"]

@@ -23,6 +23,7 @@ of them without CUDA-aware MPI, are staged through pinned host memory.
 """
 from mpi4py import MPI
 
+from ..core.options import Option, Options
 from ..core.registry import register
 from .base import Reducer
 from .hierarchical import HierarchicalReducer
@@ -37,6 +38,9 @@ SMALL = {"mpi": MPIReducer, "rd": RecursiveDoublingReducer}
 @register("reducer", "auto")
 class AutoReducer(Reducer):
     name = "auto"
+    options = Options(
+        Option("small_bytes", int, SMALL_BYTES, "below this many bytes the small-message algorithm", low=0),
+        Option("small", str, "mpi", "the small-message algorithm", choices=tuple(SMALL))) + HierarchicalReducer.options
 
     def __init__(self, comm=None, check=True, small_bytes=SMALL_BYTES, small="mpi", node_of=None):
         if small not in SMALL:

@@ -59,7 +59,9 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.backend import Scratch, get_array_module
+from ..core import registry
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
+from ..core.options import NO_OPTIONS
 from ..core.partition import offsets
 from . import device
 
@@ -78,6 +80,23 @@ def _dtype_name(code):
     return np.dtype(DTYPES[code - 1]).name
 
 
+def reducer_options_problem(name, options):
+    """The one-line problem of ``options`` for the registered reducer ``name`` against its declaration
+    (``comm`` and ``check`` are every reducer's, not declared), or None."""
+    options = {key: value for key, value in options.items() if key not in ("comm", "check")}
+    return registry.options("reducer", name).problem(options, f"reducer {name!r}")
+
+
+def check_reducer_options(name, options):
+    """Raise what :func:`reducer_options_problem` finds: TypeError for an undeclared option (as a constructor
+    would), ValueError for a value outside its declaration."""
+    message = reducer_options_problem(name, options)
+    if message:
+        undeclared = registry.options("reducer", name).unknown(
+            {key: None for key in options if key not in ("comm", "check")}, f"reducer {name!r}")
+        raise (TypeError if undeclared else ValueError)(message)
+
+
 class Reducer:
     """Base class: the interface, argument handling, the collective check, scratch buffers,
     the private communicator.
@@ -89,6 +108,7 @@ class Reducer:
     """
 
     name = "base"
+    options = NO_OPTIONS  # the constructor's options besides comm and check (mpiopt.core.options)
     direct_capable = False  # the hooks only call MPI: a CUDA-aware MPI can take device buffers as they are
 
     def __init__(self, comm=None, check=True):

@@ -70,18 +70,17 @@ and the two-pass all-to-all), as :mod:`.device` describes.  Payloads are
 summed (``allreduce`` mode) by the inner reducer's host algorithm on the staged
 copies, so a CuPy call moves and adds the same bytes as a numpy one.
 """
-import inspect
-
 import numpy as np
 from mpi4py import MPI
 
-from ..compression import ErrorFeedback, get_compressor, pack, tensor_matrix_shape, unpack
+from ..compression import ErrorFeedback, compressor_problem, get_compressor, pack, tensor_matrix_shape, unpack
 from ..compression.base import Compressor
+from ..core import registry
 from ..core.backend import get_array_module
 from ..core.partition import offsets
-from ..core.registry import RegistryError, lookup
+from ..core.registry import lookup
 from . import device
-from .base import Reducer
+from .base import Reducer, check_reducer_options, reducer_options_problem
 
 MODES = ("auto", "allreduce", "allgather", "two-pass")
 EXACT_COUNTS = ("ring", "ring-seg")
@@ -115,28 +114,25 @@ def compressor_options_problem(compressor, options, reducer="auto"):
     **options)``, in one line naming the valid choices, or None; builds no communicator and sends nothing,
     so every rank can check before any work (the trainer's settings do, collectively).
 
-    Each option must be one the compressor lists, ``mode``, or one of the inner reducer's constructor
-    arguments; the compressor must accept the values (``ratio`` in (0, 1], ``rank`` >= 1, ``bits`` 8 or 4,
-    ...) and ``mode`` must suit it."""
-    try:
-        compressor_class = lookup("compressor", compressor)
-        reducer_class = lookup("reducer", reducer)
-    except RegistryError as error:
-        return str(error)
-    parameters = inspect.signature(reducer_class.__init__).parameters
-    reducer_options = [name for name in parameters if name not in ("self", "comm", "check")
-                       and parameters[name].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
-    takes_any = any(parameter.kind == inspect.Parameter.VAR_KEYWORD for parameter in parameters.values())
-    own = set(compressor_class.options) | {"mode"}
-    unknown = sorted(set(options) - own - set(reducer_options)) if not takes_any else []
+    Each option must be one the compressor declares, ``mode``, or one the inner reducer declares
+    (``registry.options``); the values must meet the declarations (``ratio`` in (0, 1], ``rank`` >= 1,
+    ``bits`` 8 or 4, ...), then the compressor's own relations, and ``mode`` must suit the compressor."""
+    message = registry.unknown("compressor", compressor) or registry.unknown("reducer", reducer)
+    if message:
+        return message
+    own, inner = registry.options("compressor", compressor), registry.options("reducer", reducer)
+    unknown = sorted(name for name in options if name not in own and name not in inner and name != "mode")
     if unknown:
-        return (f"compressor {compressor!r} takes {', '.join(compressor_class.options) or 'no options'} (and mode: "
-                f"{', '.join(MODES)}); reducer {reducer!r} takes {', '.join(reducer_options) or 'no options'}; "
+        return (f"compressor {compressor!r} takes {', '.join(own) or 'no options'} (and mode: "
+                f"{', '.join(MODES)}); reducer {reducer!r} takes {', '.join(inner) or 'no options'}; "
                 f"got {', '.join(unknown)}")
+    mine = {key: value for key, value in options.items() if key in own}
+    message = compressor_problem(compressor, mine) or reducer_options_problem(
+        reducer, {key: value for key, value in options.items() if key in inner and key not in own})
+    if message:
+        return message
     try:
-        built = get_compressor(compressor, **{key: value for key, value in options.items()
-                                              if key in compressor_class.options})
-        CompressedReducer._resolve_mode(options.get("mode", "auto"), built)
+        CompressedReducer._resolve_mode(options.get("mode", "auto"), get_compressor(compressor, **mine))
     except (TypeError, ValueError) as error:
         return str(error)
     return None
@@ -147,8 +143,8 @@ class CompressedReducer(Reducer):
     ``get_reducer(name, comm, compressor=..., error_feedback=None, mode="auto", **options)``.
 
     ``compressor`` is a registered name (its options are taken from ``options``
-    by the names the compressor class lists; the rest go to the inner reducer
-    ``reducer``) or a compressor object (which then belongs to this reducer:
+    by the names the compressor declares; the rest go to the inner reducer
+    ``reducer``, checked against its declaration) or a compressor object (which then belongs to this reducer:
     its state, such as PowerSGD's warm start, follows this reducer's calls).
     A compressor with a ``worker`` option (QSGD: its noise stream) gets this
     rank as its worker, so that the ranks draw independent noise and the sum
@@ -170,6 +166,7 @@ class CompressedReducer(Reducer):
             self.compressor = ErrorFeedback(base) if self.error_feedback else base
             self.per_tensor = bool(getattr(base, "per_tensor", False))
             self.mode = self._resolve_mode(mode, base)
+            check_reducer_options(reducer, inner_options)
             self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **inner_options)
             if cuda_aware is not None:
                 self.cuda_aware = cuda_aware
@@ -192,7 +189,7 @@ class CompressedReducer(Reducer):
             if "worker" in compressor.options:
                 compressor.worker = self.rank  # built alike on every rank: make its noise independent per rank
             return compressor, options
-        names = lookup("compressor", compressor).options
+        names = registry.options("compressor", compressor)
         mine = {key: value for key, value in options.items() if key in names}
         if "worker" in names:
             mine.setdefault("worker", self.rank)  # independent noise on every rank

@@ -31,6 +31,7 @@ from mpi4py import MPI
 
 from ..core.comm import check_collectively
 from ..core.partition import offsets
+from ..core.options import Option, Options
 from ..core.registry import register
 from .base import Reducer
 from .ring import RingReducer
@@ -78,6 +79,8 @@ class HierarchicalReducer(Reducer):
     """
 
     name = "hier"
+    options = Options(Option("node_of", object, None, "a function rank -> node id (a node's ranks share memory); "
+                                               "None: MPI_COMM_TYPE_SHARED"))
 
     def __init__(self, comm=None, check=True, node_of=None):
         super().__init__(comm, check)

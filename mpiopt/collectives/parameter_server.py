@@ -30,6 +30,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.partition import offsets
+from ..core.options import Option, Options
 from ..core.registry import register
 from . import tags
 from .base import Reducer, as_bytes
@@ -43,6 +44,8 @@ class ShardedParameterServerReducer(Reducer):
     """Servers own contiguous key ranges; ``servers=[0]`` is the single-server baseline."""
 
     name = "ps-sharded"
+    options = Options(Option("servers", object, None, "the server ranks, distinct (each owns a key range); "
+                                                      "None: every rank"))
 
     def __init__(self, comm=None, check=True, servers=None):
         super().__init__(comm, check)
@@ -114,6 +117,7 @@ class ParameterServerReducer(ShardedParameterServerReducer):
     """One server holds every key: the classic synchronous parameter server."""
 
     name = "ps"
+    options = Options(Option("server", int, 0, "the server's rank", low=0))
 
     def __init__(self, comm=None, check=True, server=0):
         super().__init__(comm, check, servers=[server])

@@ -31,6 +31,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.partition import offsets
+from ..core.options import Option, Options
 from ..core.registry import register
 from . import tags
 from .base import Reducer, as_bytes
@@ -43,6 +44,8 @@ class RingReducer(Reducer):
     """Bandwidth-optimal ring all-reduce; ``segment_bytes`` > 0 selects the pipelined variant."""
 
     name = "ring"
+    options = Options(Option("segment_bytes", int, 0, "bytes per segment of the pipelined ring; 0: the plain ring",
+                             low=0))
 
     def __init__(self, comm=None, check=True, segment_bytes=0):
         super().__init__(comm, check)
@@ -125,6 +128,8 @@ class SegmentedRingReducer(RingReducer):
     """The ring with each chunk sent in segments of ``segment_bytes`` (default 256 KiB)."""
 
     name = "ring-seg"
+    options = Options(Option("segment_bytes", int, SEGMENT_BYTES, "bytes per segment: within a step the next "
+                                                                  "segment's receive overlaps this one's sum", low=0))
 
     def __init__(self, comm=None, check=True, segment_bytes=SEGMENT_BYTES):
         super().__init__(comm, check, segment_bytes=segment_bytes)

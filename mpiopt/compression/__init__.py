@@ -20,7 +20,11 @@ name          what travels                               bytes (n float32)  line
 ============  =========================================  =================  ======  ========
 
 ``ErrorFeedback(compressor)`` wraps any of them.  ``COMPRESSORS`` maps the
-registered names to their classes, read from the registry at each use.
+registered names to their classes, read from the registry at each use.  Each
+compressor declares its options (``registry.options("compressor", name)``;
+the table in docs/compression.md is generated from them), and
+``compressor_problem(name, options)`` checks options against the declaration
+without building anything.
 """
 from ..core.registry import RegistryError, RegistryView, lookup
 # Imported in this order, the compressors register their names in this order.
@@ -34,24 +38,28 @@ from .randomk import RandomK
 from .powersgd import PowerSGD, PowerSGDRound
 from .error_feedback import ErrorFeedback
 from .base import Compressor, Context, bucket_payload_bytes, pack, tensor_matrix_shape, unpack
+from .declared import build, piece_problem
 
 
 COMPRESSORS = RegistryView("compressor", "COMPRESSORS")  # name -> class, a live view of the registry
 
 
+def compressor_problem(name, options):
+    """The one-line problem of ``options`` (a dict) for the compressor ``name``, or None: an unknown name, an
+    undeclared option, a value outside its declaration, then the compressor's own relations between them."""
+    return piece_problem("compressor", name, options)
+
+
 def get_compressor(name, **options):
-    """A compressor by registered name; ``options`` go to its constructor (unknown ones are refused)."""
+    """A compressor by registered name; ``options`` go to its constructor, checked against its declaration
+    first: RegistryError for an unknown name, TypeError for an undeclared option, ValueError for a bad value."""
     try:
-        compressor_class = lookup("compressor", name)
+        lookup("compressor", name)
     except RegistryError as error:
         raise RegistryError(f"unknown compressor {name!r}; {error}") from None
-    unknown_options = sorted(set(options) - set(compressor_class.options))
-    if unknown_options:
-        raise TypeError(f"compressor {name!r} takes {', '.join(compressor_class.options) or 'no options'}; "
-                        f"got {', '.join(unknown_options)}")
-    return compressor_class(**options)
+    return build("compressor", name, options)
 
 
 __all__ = ["BF16", "COMPRESSORS", "Compressor", "Context", "ErrorFeedback", "FP16", "NoCompression", "PowerSGD",
            "PowerSGDRound", "QSGD", "QSGD4", "QSGD8", "RandomK", "Sign", "TopK", "bucket_payload_bytes",
-           "get_compressor", "pack", "tensor_matrix_shape", "unpack"]
+           "compressor_problem", "get_compressor", "pack", "tensor_matrix_shape", "unpack"]

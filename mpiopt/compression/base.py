@@ -30,7 +30,9 @@ payloads of several ranks, decoded with the shared ``ctx``, is the sum of the
 decoded payloads.  ``unbiased`` says whether E[decompress(compress(x))] = x;
 ``error_feedback`` whether the compressed reducer wraps it in
 :class:`~mpiopt.compression.error_feedback.ErrorFeedback` by default (the
-biased, contractive ones).  ``options`` names the constructor's arguments.
+biased, contractive ones).  ``options`` declares the constructor's arguments
+(:class:`~mpiopt.core.options.Options`: type, default, constraint, help), and
+the constructor checks its values through it (:meth:`Compressor.options_problem`).
 
 **Tensors.**  ``per_tensor`` says whether the compressor works on a tensor's
 shape (PowerSGD's matrices) rather than on its elements: given a buffer that
@@ -44,6 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.backend import Scratch, get_array_module
+from ..core.options import Options
+from .declared import Declared, Worded
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
@@ -143,10 +147,11 @@ def unpack(buffer, ctx):
     return tuple(parts)
 
 
-class Compressor:
+class Compressor(Declared):
     """Base class: argument checks, step counting, ``decompress``/``accumulate`` around the hooks.
 
-    A subclass sets ``name``, the flags and ``options``, registers itself with
+    A subclass sets ``name``, the flags and ``options`` (its declared
+    constructor options, checked by ``check_options``: :class:`~.declared.Declared`), registers itself with
     ``register("compressor", name)`` and implements ``context(shape, dtype,
     name, step)``, ``encode(flat, ctx)`` (a tuple of arrays that do not alias
     ``flat``) and ``decode(payload, ctx, flat_out)``; ``accumulate`` may be
@@ -159,7 +164,6 @@ class Compressor:
     error_feedback = False
     per_tensor = False
     rounds = 1
-    options = ()
 
     def __init__(self):
         self._steps = {}
@@ -260,10 +264,21 @@ def sparse_count(n, ratio, k):
     return min(n, max(1, int(round(ratio * n)))) if n else 0
 
 
-def check_sparse_options(name, ratio, k):
-    if k is not None:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-            raise ValueError(f"{name}: k must be an integer >= 0, got {k!r}")
-        return
-    if not 0 < ratio <= 1:
-        raise ValueError(f"{name}: ratio must be in (0, 1], got {ratio!r}")
+SPARSE_OPTIONS = Options(
+    Worded("ratio", float, 0.01, "share of the entries kept, k = round(ratio n) (unused when k is given)",
+           low=0, high=1, low_open=True, message="ratio must be in (0, 1], got {value!r}"),
+    Worded("k", int, None, "number of entries kept (at most n); None: from ratio", low=0,
+           message="k must be an integer >= 0, got {value!r}"))
+
+
+class SparseCompressor(Compressor):
+    """Top-K and Random-K: ``k`` entries, ``k`` when given, else from ``ratio`` (which is then not used,
+    nor checked)."""
+
+    options = SPARSE_OPTIONS
+
+    @classmethod
+    def options_problem(cls, values, options=None):
+        if values.get("k") is not None:
+            values = {name: value for name, value in values.items() if name != "ratio"}
+        return super().options_problem(values, options)

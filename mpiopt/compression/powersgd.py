@@ -46,9 +46,11 @@ import math
 import numpy as np
 
 from ..core.backend import get_array_module, to_module
-from ..core.random import random_stream, seed_problem
+from ..core.options import Option, Options
+from ..core.random import random_stream
 from ..core.registry import register
 from .base import Compressor, buffer_name
+from .declared import Worded, seed_option
 
 
 class PowerSGDRound:
@@ -84,15 +86,18 @@ class PowerSGD(Compressor):
     error_feedback = True
     per_tensor = True
     rounds = 2
-    options = ("rank", "min_compression_rate", "warm_start", "seed")
+    options = Options(
+        Worded("rank", int, 1, "rank r of the approximation P^ Q^T", low=1,
+               message="rank must be an integer >= 1, got {value!r}"),
+        Option("min_compression_rate", float, 2.0, "a matrix whose rows cols < this (rows + cols) r travels "
+                                                   "uncompressed (PyTorch's rule)", low=0),
+        Option("warm_start", bool, True, "start each step from the last summed Q; False: a new draw each step"),
+        seed_option("seed of the first Q (every rank must use the same)"))
 
     def __init__(self, rank=1, min_compression_rate=2.0, warm_start=True, seed=0):
         super().__init__()
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
-            raise ValueError(f"{self.name}: rank must be an integer >= 1, got {rank!r}")
-        problem = seed_problem(seed)
-        if problem:
-            raise ValueError(f"{self.name}: {problem}")
+        self.check_options({"rank": rank, "min_compression_rate": min_compression_rate, "warm_start": warm_start,
+                            "seed": seed})
         self.rank, self.min_compression_rate = int(rank), float(min_compression_rate)
         self.warm_start, self.seed = bool(warm_start), seed
         self._q = {}

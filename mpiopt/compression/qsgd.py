@@ -46,10 +46,12 @@ spacing near |y_i| <= s: at most 2^-17 of a level for 8 bits).
 """
 import numpy as np
 
+from ..core.options import Option, Options
 from ..core.registry import register
 from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_norms,
                                 qsgd_quantize, unpack_nibbles)
 from .base import Compressor
+from .declared import Worded, seed_option
 
 __all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "per_bucket", "unpack_nibbles"]
 
@@ -58,16 +60,19 @@ __all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "pe
 class QSGD(Compressor):
     name = "qsgd"
     unbiased = True
-    options = ("bits", "bucket_size", "norm", "seed", "worker")
+    options = Options(
+        Worded("bits", int, 8, "bits per level: 8 (int8) or 4 (two per byte)", choices=(8, 4),
+               message="bits must be 8 or 4, got {value!r}"),
+        Worded("bucket_size", int, 512, "elements per bucket, each with its own norm", low=1,
+               message="bucket_size must be an integer >= 1, got {value!r}"),
+        Option("norm", str, "l2", "the bucket's norm: l2 (the paper's) or max (less variance)", choices=NORMS),
+        seed_option("seed of the rounding noise"),
+        Option("worker", int, 0, "this worker's noise stream (the compressed reducer sets it to the rank)", low=0))
 
     def __init__(self, bits=8, bucket_size=512, norm="l2", seed=0, worker=0):
         super().__init__()
-        if bits not in (4, 8):
-            raise ValueError(f"{self.name}: bits must be 8 or 4, got {bits!r}")
-        if isinstance(bucket_size, bool) or not isinstance(bucket_size, (int, np.integer)) or bucket_size < 1:
-            raise ValueError(f"{self.name}: bucket_size must be an integer >= 1, got {bucket_size!r}")
-        if norm not in NORMS:
-            raise ValueError(f"{self.name}: norm must be one of {', '.join(NORMS)}, got {norm!r}")
+        self.check_options({"bits": bits, "bucket_size": bucket_size, "norm": norm, "seed": seed, "worker": worker},
+                           QSGD.options)
         self.bits, self.bucket_size, self.norm = int(bits), int(bucket_size), norm
         self.seed, self.worker = seed, int(worker)
         self.levels = 2 ** (self.bits - 1) - 1
@@ -95,7 +100,7 @@ class QSGD(Compressor):
 @register("compressor", "qsgd8")
 class QSGD8(QSGD):
     name = "qsgd8"
-    options = ("bucket_size", "norm", "seed", "worker")
+    options = QSGD.options.without("bits")
 
     def __init__(self, bucket_size=512, norm="l2", seed=0, worker=0):
         super().__init__(8, bucket_size, norm, seed, worker)
@@ -104,7 +109,7 @@ class QSGD8(QSGD):
 @register("compressor", "qsgd4")
 class QSGD4(QSGD):
     name = "qsgd4"
-    options = ("bucket_size", "norm", "seed", "worker")
+    options = QSGD.options.without("bits")
 
     def __init__(self, bucket_size=512, norm="l2", seed=0, worker=0):
         super().__init__(4, bucket_size, norm, seed, worker)

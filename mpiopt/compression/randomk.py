@@ -25,24 +25,26 @@ same ``seed`` must use the same one (it is the shared part).
 import numpy as np
 
 from ..core.backend import get_array_module
-from ..core.random import random_stream, seed_problem
+from ..core.options import Option, Options
+from ..core.random import random_stream
 from ..kernels.compress import scatter_add
 from ..core.registry import register
-from .base import Compressor, check_sparse_options, sparse_count
+from .base import SPARSE_OPTIONS, SparseCompressor, sparse_count
+from .declared import seed_option
 
 
 @register("compressor", "randomk")
-class RandomK(Compressor):
+class RandomK(SparseCompressor):
     name = "randomk"
     linear = True
-    options = ("ratio", "k", "seed", "unbiased")
+    options = SPARSE_OPTIONS + Options(
+        seed_option("seed of the shared indices (every rank must use the same)"),
+        Option("unbiased", bool, True, "scale the values by n/k (unbiased); False: a contraction, with error "
+                                       "feedback by default"))
 
     def __init__(self, ratio=0.01, k=None, seed=0, unbiased=True):
         super().__init__()
-        check_sparse_options(self.name, ratio, k)
-        problem = seed_problem(seed)
-        if problem:
-            raise ValueError(f"{self.name}: {problem}")
+        self.check_options({"ratio": ratio, "k": k, "seed": seed, "unbiased": unbiased})
         self.ratio, self.k, self.seed, self.unbiased = ratio, k, seed, bool(unbiased)
         self.error_feedback = not self.unbiased
 

@@ -26,6 +26,7 @@ which is what error feedback needs; the compressed reducer wraps it in
 """
 import numpy as np
 
+from ..core.options import Option, Options
 from ..core.registry import register
 from ..kernels.compress import SIGN_SCALES, sign_pack, sign_scale, sign_unpack
 from .base import Compressor
@@ -37,12 +38,12 @@ SCALES = SIGN_SCALES
 class Sign(Compressor):
     name = "sign"
     error_feedback = True
-    options = ("scale",)
+    options = Options(Option("scale", str, "l1", "the magnitude sent: ||x||_1 / n (l1, EF-signSGD) or "
+                                                 "||x||_2 / sqrt(n) (l2, 1-bit Adam)", choices=SCALES))
 
     def __init__(self, scale="l1"):
         super().__init__()
-        if scale not in SCALES:
-            raise ValueError(f"{self.name}: scale must be one of {', '.join(SCALES)}, got {scale!r}")
+        self.check_options({"scale": scale})
         self.scale = scale
 
     def context(self, shape, dtype, name=None, step=0):

@@ -22,20 +22,19 @@ import numpy as np
 
 from ..core.registry import register
 from ..kernels.compress import scatter_add, topk_select
-from .base import Compressor, check_sparse_options, sparse_count
+from .base import SparseCompressor, sparse_count
 
 MAX_INDEX = np.iinfo(np.int32).max
 
 
 @register("compressor", "topk")
-class TopK(Compressor):
+class TopK(SparseCompressor):
     name = "topk"
     error_feedback = True
-    options = ("ratio", "k")
 
     def __init__(self, ratio=0.01, k=None):
         super().__init__()
-        check_sparse_options(self.name, ratio, k)
+        self.check_options({"ratio": ratio, "k": k})
         self.ratio, self.k = ratio, k
 
     def context(self, shape, dtype, name=None, step=0):

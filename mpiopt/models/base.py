@@ -33,25 +33,41 @@ import numbers
 
 import numpy as np
 
+from ..compression.declared import Declared, Worded
 from ..core.backend import get_array_module
+from ..core.options import Options
 
 
-def check_count(model, what, value, least):
-    """Raise ValueError unless ``value`` is an integer >= ``least``."""
+def count_problem(what, value, least):
+    """The message unless ``value`` is an integer >= ``least`` (None when it is)."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
-        raise ValueError(f"{model}: {what} must be an integer >= {least}, got {value!r}")
+        return f"{what} must be an integer >= {least}, got {value!r}"
+    return None
 
 
-class Model:
-    """Subclasses call ``__init__`` with their parameter shapes and implement the methods below."""
+def n_classes_option(default, help_text):
+    """The ``n_classes`` option of a classifier: an integer >= 2 (``default`` None: also a regression)."""
+    return Worded("n_classes", int, default, help_text, low=2,
+                  message="n_classes must be an integer >= 2, got {value!r}")
+
+
+class Model(Declared):
+    """Subclasses call ``__init__`` with their parameter shapes and implement the methods below.
+
+    ``options`` declares the constructor's options (:mod:`mpiopt.core.options`): every model takes
+    ``n_features`` and ``alpha``; a subclass adds its own (``n_classes``, ``hidden``) and checks them with
+    ``check_options`` before calling this ``__init__``, which checks these two."""
 
     name = "model"
     n_classes = None
+    options = Options(
+        Worded("n_features", int, help="columns of X", low=1,
+               message="n_features must be an integer >= 1, got {value!r}"),
+        Worded("alpha", float, 0.0, "L2 penalty: alpha / 2 times the squared norm of the weights", low=0,
+               message="alpha must be a finite number >= 0, got {value!r}"))
 
     def __init__(self, n_features, shapes, alpha=0.0):
-        check_count(self.name, "n_features", n_features, 1)
-        if isinstance(alpha, bool) or not isinstance(alpha, numbers.Real) or not 0 <= alpha < math.inf:
-            raise ValueError(f"{self.name}: alpha must be a finite number >= 0, got {alpha!r}")
+        self.check_options({"n_features": n_features, "alpha": alpha}, Model.options)
         self.n_features, self.alpha = int(n_features), float(alpha)
         self.shapes = list(shapes)
         self.sizes = [math.prod(shape) for shape in self.shapes]

@@ -25,24 +25,42 @@ activations for the batch.
 import numpy as np
 
 from ..core.backend import get_array_module
+from ..core.options import Option, Options
 from ..core.random import random_stream
 from ..core.registry import register
-from .base import Model, check_count
+from .base import Model, count_problem, n_classes_option
 from .heads import softmax_cross_entropy, special, squared_error
+
+
+def widths_of(hidden):
+    """The hidden widths as a tuple (one integer is one layer)."""
+    return (hidden,) if isinstance(hidden, int) else tuple(hidden)
 
 
 @register("model", "mlp")
 class MLP(Model):
     name = "mlp"
+    options = Model.options + Options(
+        n_classes_option(None, "the number of classes (softmax output); None: a regression (one linear output)"),
+        Option("hidden", object, (64,), "the hidden layers' widths, a sequence of integers >= 1 (or one integer)"))
+
+    @classmethod
+    def options_problem(cls, values, options=None):
+        """The declared checks, then each hidden width (a sequence, which a declaration does not look into)."""
+        problem = super().options_problem(values, options)
+        if problem or "hidden" not in values:
+            return problem
+        try:
+            widths = widths_of(values["hidden"])
+        except TypeError:
+            return f"{cls.name}: hidden must be a sequence of integers >= 1, got {values['hidden']!r}"
+        return next((f"{cls.name}: {count_problem('each hidden width', width, 1)}" for width in widths
+                     if count_problem("each hidden width", width, 1)), None)
 
     def __init__(self, n_features, n_classes=None, hidden=(64,), alpha=0.0):
-        if n_classes is not None:
-            check_count(self.name, "n_classes", n_classes, 2)
-            n_classes = int(n_classes)
-        hidden = (hidden,) if isinstance(hidden, int) else tuple(hidden)
-        for width in hidden:
-            check_count(self.name, "each hidden width", width, 1)
-        self.n_classes, self.hidden = n_classes, hidden
+        self.check_options({"n_classes": n_classes, "hidden": hidden}, self.options.without("n_features", "alpha"))
+        n_classes = None if n_classes is None else int(n_classes)
+        self.n_classes, self.hidden = n_classes, widths_of(hidden)
         widths = [n_features, *hidden, n_classes or 1]
         shapes = []
         for fan_in, fan_out in zip(widths[:-1], widths[1:]):

@@ -11,17 +11,19 @@ the penalty removes); it minimizes Cn times this objective when
 scores never overflow.  Parameters ``[W (row-major), b]``; O(n d k) per call.
 """
 from ..core.backend import get_array_module
+from ..core.options import REQUIRED, Options
 from ..core.registry import register
-from .base import LinearModel, check_count
+from .base import LinearModel, Model, n_classes_option
 from .heads import softmax_cross_entropy, special
 
 
 @register("model", "softmax")
 class SoftmaxRegression(LinearModel):
     name = "softmax"
+    options = Model.options + Options(n_classes_option(REQUIRED, "the number of classes, labels in [0, n_classes)"))
 
     def __init__(self, n_features, n_classes, alpha=0.0):
-        check_count(self.name, "n_classes", n_classes, 2)
+        self.check_options({"n_classes": n_classes}, self.options.without("n_features", "alpha"))
         self.n_classes = int(n_classes)
         super().__init__(n_features, n_outputs=self.n_classes, alpha=alpha)
 

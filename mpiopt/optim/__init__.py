@@ -11,15 +11,22 @@
 ``load_state_dict(d)`` checkpoint and resume bit for bit.  See
 :mod:`mpiopt.optim.base` and docs/training.md.
 """
-from ..core.registry import lookup
+from ..compression.declared import build, piece_problem
 from .adam import Adam
 from .base import Optimizer
 from .sgd import SGD
 
 
 def get_optimizer(name, **options):
-    """The optimizer registered as ``name`` (see the table above), built with ``options``."""
-    return lookup("optimizer", name)(**options)
+    """The optimizer registered as ``name`` (see the table above), built with ``options`` once they pass its
+    declaration (``registry.options("optimizer", name)``): RegistryError for an unknown name, TypeError for an
+    undeclared or missing option, ValueError for a bad value."""
+    return build("optimizer", name, options)
 
 
-__all__ = ["Adam", "Optimizer", "SGD", "get_optimizer"]
+def optimizer_problem(name, options):
+    """The one-line problem of ``get_optimizer(name, **options)``, or None, building nothing."""
+    return piece_problem("optimizer", name, options, complete=True)
+
+
+__all__ = ["Adam", "Optimizer", "SGD", "get_optimizer", "optimizer_problem"]

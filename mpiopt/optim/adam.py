@@ -18,7 +18,8 @@ import math
 
 from ..core.backend import get_array_module
 from ..core.registry import register
-from .base import Optimizer, in_range
+from ..core.options import Option, Options
+from .base import Optimizer, flag_option, in_range, number_option
 
 
 @register("optimizer", "adam")
@@ -26,6 +27,12 @@ class Adam(Optimizer):
     name = "adam"
     HYPERPARAMETERS = ("lr", "beta1", "beta2", "eps", "weight_decay")
     FLAGS = ("amsgrad",)
+    options = Options(
+        number_option("lr", 1e-3, "learning rate gamma"),
+        Option("betas", object, (0.9, 0.999), "(beta1, beta2), each in [0, 1): the moments' decay rates"),
+        number_option("eps", 1e-8, "added to the denominator"),
+        number_option("weight_decay", 0.0, "L2 weight decay lambda, added to the gradient (not AdamW's)"),
+        flag_option("amsgrad", False, "AMSGrad: the running maximum of the second moment"))
 
     def __init__(self, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, amsgrad=False):
         try:
@@ -40,11 +47,8 @@ class Adam(Optimizer):
 
     def problems(self):
         return [
-            (in_range(self.lr, 0.0), f"lr must be a number >= 0, got {self.lr!r}"),
             (in_range(self.beta1, 0.0, 1.0), f"beta1 must be a number in [0, 1), got {self.beta1!r}"),
             (in_range(self.beta2, 0.0, 1.0), f"beta2 must be a number in [0, 1), got {self.beta2!r}"),
-            (in_range(self.eps, 0.0), f"eps must be a number >= 0, got {self.eps!r}"),
-            (in_range(self.weight_decay, 0.0), f"weight_decay must be a number >= 0, got {self.weight_decay!r}"),
         ]
 
     def state_names(self):

@@ -27,6 +27,7 @@ import numbers
 
 import numpy as np
 
+from ..compression.declared import Declared, Worded
 from ..core.backend import get_array_module, to_host
 from ..core.comm import first_problem
 
@@ -36,8 +37,21 @@ def in_range(value, low, high=math.inf):
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and low <= value < high
 
 
-class Optimizer:
-    """Subclasses name their HYPERPARAMETERS and FLAGS and implement ``problems``, ``state_names``, ``update``."""
+def number_option(name, default, help_text, high=None):
+    """A hyperparameter that is a finite number >= 0 (at most ``high``), worded as the optimizers always did."""
+    words = "a number >= 0" if high is None else f"a number in [0, {high:g}]"
+    return Worded(name, float, default, help_text, low=0, high=high, message=f"{name} must be {words}, got {{value!r}}")
+
+
+def flag_option(name, default, help_text):
+    """A hyperparameter that is True or False."""
+    return Worded(name, bool, default, help_text, message=f"{name} must be True or False, got {{value!r}}")
+
+
+class Optimizer(Declared):
+    """Subclasses name their HYPERPARAMETERS and FLAGS, declare their constructor's ``options``
+    (:mod:`mpiopt.core.options`) and implement ``problems`` (their relations between hyperparameters),
+    ``state_names`` and ``update``."""
 
     name = "optimizer"
     HYPERPARAMETERS = ()  # real numbers, saved in state_dict
@@ -54,8 +68,9 @@ class Optimizer:
         return f"{type(self).__name__}({settings})"
 
     def problems(self):
-        """(ok, message) pairs on the hyperparameters, as :func:`mpiopt.core.comm.first_problem` takes."""
-        raise NotImplementedError
+        """(ok, message) pairs on the hyperparameters beyond their declaration (relations between them), as
+        :func:`mpiopt.core.comm.first_problem` takes."""
+        return []
 
     def state_names(self):
         """The names of the per-coordinate state arrays under the current hyperparameters."""
@@ -69,12 +84,12 @@ class Optimizer:
         """Set the hyperparameters, or raise ValueError and keep the previous ones."""
         previous = {name: getattr(self, name, None) for name in hyperparameters}
         self.__dict__.update(hyperparameters)
-        flags = [(isinstance(getattr(self, flag), (bool, np.bool_)),
-                  f"{flag} must be True or False, got {getattr(self, flag)!r}") for flag in self.FLAGS]
-        problem = first_problem(flags + list(self.problems()))
+        declared = type(self).options_problem({name: getattr(self, name) for name in self.options
+                                               if hasattr(self, name)})
+        problem = declared or first_problem(list(self.problems()))
         if problem:
             self.__dict__.update(previous)
-            raise ValueError(f"{self.name}: {problem}")
+            raise ValueError(problem if declared else f"{self.name}: {problem}")
         for name in self.HYPERPARAMETERS:
             setattr(self, name, float(getattr(self, name)))
         for flag in self.FLAGS:

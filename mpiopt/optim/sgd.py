@@ -14,7 +14,8 @@ passes over the vector; one temporary array for the weight-decayed gradient.
 Nesterov needs mu > 0 and tau = 0, as in PyTorch.
 """
 from ..core.registry import register
-from .base import Optimizer, in_range
+from ..core.options import REQUIRED, Options
+from .base import Optimizer, flag_option, number_option
 
 
 @register("optimizer", "sgd")
@@ -22,6 +23,12 @@ class SGD(Optimizer):
     name = "sgd"
     HYPERPARAMETERS = ("lr", "momentum", "dampening", "weight_decay")
     FLAGS = ("nesterov",)
+    options = Options(
+        number_option("lr", REQUIRED, "learning rate gamma"),
+        number_option("momentum", 0.0, "momentum mu (0: none)"),
+        flag_option("nesterov", False, "Nesterov momentum (needs momentum > 0 and dampening 0)"),
+        number_option("weight_decay", 0.0, "L2 weight decay lambda, added to the gradient"),
+        number_option("dampening", 0.0, "dampening tau of the momentum", high=1))
 
     def __init__(self, lr, momentum=0.0, nesterov=False, weight_decay=0.0, dampening=0.0):
         super().__init__(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
@@ -29,11 +36,6 @@ class SGD(Optimizer):
 
     def problems(self):
         return [
-            (in_range(self.lr, 0.0), f"lr must be a number >= 0, got {self.lr!r}"),
-            (in_range(self.momentum, 0.0), f"momentum must be a number >= 0, got {self.momentum!r}"),
-            (in_range(self.dampening, 0.0) and self.dampening <= 1,
-             f"dampening must be a number in [0, 1], got {self.dampening!r}"),
-            (in_range(self.weight_decay, 0.0), f"weight_decay must be a number >= 0, got {self.weight_decay!r}"),
             (lambda: not self.nesterov or (self.momentum > 0 and self.dampening == 0),
              f"Nesterov momentum needs momentum > 0 and dampening 0, got momentum={self.momentum!r}, "
              f"dampening={self.dampening!r}"),

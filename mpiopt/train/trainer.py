@@ -51,6 +51,7 @@ from ..data.minibatch import MinibatchSampler, take
 from .buckets import BucketLayout
 from .checkpoint import data_digest, join_tree, split_optimizer, split_tree, train_checkpointer, validate
 from .memory import MemoryAccount
+from .named import named_pieces
 from .overlap import CommunicationQueue
 from .printing import banner_lines, footer_lines, train_log
 from .result import TrainResult
@@ -70,8 +71,14 @@ class StepReport:
     stop_requested: bool
 
 
-def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_stream=None, **settings):
+def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_stream=None, model_options=None,
+          optimizer_options=None, **settings):
     """Train ``model`` with ``optimizer`` on the rows of ``X_local``, ``y_local``; collective over ``comm``.
+
+    ``model`` and ``optimizer`` are objects, or registered names built on every rank with ``model_options``
+    and ``optimizer_options`` through their declarations (a model's ``n_features`` defaults to the columns of
+    ``X_local``; :mod:`.named`).  ``compressor`` is a registered name with ``compressor_options``
+    (``compressor="powersgd", compressor_options={"rank": 4}``), checked against its declaration.
 
     Every rank passes the whole training set (the same on every rank; each
     reads its share of every global batch), its own optimizer (stages 1-3
@@ -91,7 +98,9 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
     """
     setup_start = time.perf_counter()
     comm = resolve_comm(comm)
-    X, y, problem = _check_data(model, X_local, y_local, params)
+    model, optimizer, problem = named_pieces(model, model_options, optimizer, optimizer_options, X_local)
+    X, y, data_problem = (X_local, y_local, None) if problem else _check_data(model, X_local, y_local, params)
+    problem = problem or data_problem
     digest = data_digest(X, y) if problem is None else None
     options = TrainSettings.collective(comm, problem, agree={"rows": None if problem else y.shape[0],
                                                              "model": repr(model), "data (replicated)": digest},

@@ -3,6 +3,7 @@ every built-in declares its options against its constructor, bad values are one 
 user's compressor with its own option works by name in the compressed reducer and in training, against
 references computed here by hand.  Every MPI test runs at any rank count."""
 import inspect
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -216,3 +217,15 @@ def test_a_users_compressor_by_name_in_training_matches_the_rounding_by_hand(com
     assert np.array_equal(rounded.params, reference)
     assert not np.allclose(rounded.params, run().params, rtol=0, atol=1e-6)  # the option arrived
     assert np.array_equal(run(compressor=grid, compressor_options={"quantum": None}).params, run().params)
+
+
+@pytest.mark.parametrize("kind, page", [("compressor", "compression.md"), ("reducer", "collectives.md"),
+                                        ("model", "train.md"), ("optimizer", "train.md")])
+def test_the_docs_tables_are_the_declarations(kind, page):
+    """Each declared option has its row in the docs page, as the declaration words it."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()
+    for name in registry.names(kind):
+        for option in registry.options(kind, name).values():
+            default = "required" if option.required else f"`{option.default!r}`"
+            row = f"| `{name}` | `{option.name}` | {option.constraint()} | {default} | {option.help} |"
+            assert row in text, row

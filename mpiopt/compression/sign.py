@@ -38,8 +38,8 @@ SCALES = SIGN_SCALES
 class Sign(Compressor):
     name = "sign"
     error_feedback = True
-    options = Options(Option("scale", str, "l1", "the magnitude sent: ||x||_1 / n (l1, EF-signSGD) or "
-                                                 "||x||_2 / sqrt(n) (l2, 1-bit Adam)", choices=SCALES))
+    options = Options(Option("scale", str, "l1", "the magnitude sent: the mean absolute value (l1, EF-signSGD) "
+                                                 "or the root mean square (l2, 1-bit Adam)", choices=SCALES))
 
     def __init__(self, scale="l1"):
         super().__init__()

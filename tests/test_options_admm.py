@@ -132,13 +132,17 @@ def test_keywords_and_option_dicts_give_the_same_iterates():
     given = solve(A, b, "squared", "elastic_net", 1.0, MPI.COMM_SELF, penalty_options={"l1_ratio": 0.3},
                   max_iter=200)
     front = elastic_net(A, b, 1.0, 0.3, MPI.COMM_SELF, max_iter=200)
+    front_given = elastic_net(A, b, 1.0, comm=MPI.COMM_SELF, penalty_options={"l1_ratio": 0.3}, max_iter=200)
     assert np.array_equal(keyword.x, given.x) and np.array_equal(keyword.x, front.x)
+    assert np.array_equal(keyword.x, front_given.x)
     weight = solve(A, b, "squared", "l1", None, MPI.COMM_SELF, penalty_options={"lam": 1.0}, max_iter=200)
     assert np.array_equal(weight.x, solve(A, b, "squared", "l1", 1.0, MPI.COMM_SELF, max_iter=200).x)
     huber = solve(A, b, "huber", "l1", 1.0, MPI.COMM_SELF, loss_options={"delta": 0.5, "x_solver": "newton"},
                   max_iter=100)
     assert np.array_equal(huber.x, huber_regression(A, b, 1.0, MPI.COMM_SELF, delta=0.5, x_solver="newton",
                                                     max_iter=100).x)
+    assert np.array_equal(huber.x, huber_regression(A, b, 1.0, MPI.COMM_SELF, max_iter=100, loss_options={
+        "delta": 0.5, "x_solver": "newton"}).x)
     defaults = {"memory": 20, "max_iter": 10000}  # lbfgs's declared defaults, given: the same iterates
     logistic = solve(A, (b > 0) * 1.0, "logistic", "l2", 1.0, MPI.COMM_SELF, max_iter=60)
     spelled = solve(A, (b > 0) * 1.0, "logistic", "l2", 1.0, MPI.COMM_SELF, max_iter=60,
@@ -174,7 +178,7 @@ def bad_calls(A, b):
         (lambda: solve(A, b, "squared", "elastic_net", 1.0, l1_ratio=0.3, penalty_options={"l1_ratio": 0.3}),
          "l1_ratio given twice: as a keyword and in penalty_options; give each option once"),
         (lambda: solve(A, b, "squared", "l1", 1.0, penalty_options={"lam": 1.0}),
-         "lam given twice: as a keyword and in penalty_options"),
+         "lam given twice: as the argument and in penalty_options"),
         (lambda: solve(A, b, "squared", "box", None, lower=1.0, upper=0.0),
          "lower must be <= upper, but lower > upper at 6 of the 6 columns"),
         (lambda: solve(A, b, "squared", "box", None, lower=np.zeros(4)),

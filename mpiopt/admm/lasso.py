@@ -7,9 +7,16 @@
     huber_regression:    sum_j huber_delta(a_j^T x - b_j) + lam ||x||_1 (or another penalty)
 
 with the rows of A and b split over the ranks of ``comm``; each rank passes its
-own rows.  See :func:`mpiopt.admm.solver.solve` for every option.
+own rows.  See :func:`mpiopt.admm.solver.solve` for every option (``penalty_options``
+and ``loss_options`` included).  ``l1_ratio`` and ``delta`` left at None take
+their declared defaults (0.5 and 1.0).
 """
 from .solver import solve
+
+
+def _given(**options):
+    """The options that were given (not None): the others take the piece's declared default."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def lasso(A_local, b_local, lam=None, comm=None, *, lam_ratio=None, intercept=False, **settings):
@@ -38,11 +45,11 @@ def lasso(A_local, b_local, lam=None, comm=None, *, lam_ratio=None, intercept=Fa
     return solve(A_local, b_local, "squared", "l1", lam, comm, lam_ratio=lam_ratio, intercept=intercept, **settings)
 
 
-def elastic_net(A_local, b_local, lam=None, l1_ratio=0.5, comm=None, *, lam_ratio=None, intercept=False,
+def elastic_net(A_local, b_local, lam=None, l1_ratio=None, comm=None, *, lam_ratio=None, intercept=False,
                 **settings):
     """Elastic net, scikit-learn's parametrisation of the penalty (see the module docstring)."""
-    return solve(A_local, b_local, "squared", "elastic_net", lam, comm, lam_ratio=lam_ratio, l1_ratio=l1_ratio,
-                 intercept=intercept, **settings)
+    return solve(A_local, b_local, "squared", "elastic_net", lam, comm, lam_ratio=lam_ratio, intercept=intercept,
+                 **_given(l1_ratio=l1_ratio), **settings)
 
 
 def ridge(A_local, b_local, lam, comm=None, *, intercept=False, **settings):
@@ -57,8 +64,8 @@ def logistic_regression(A_local, y_local, lam=None, comm=None, *, penalty="l1", 
                  **options)
 
 
-def huber_regression(A_local, b_local, lam=None, comm=None, *, delta=1.0, penalty="l1", lam_ratio=None,
+def huber_regression(A_local, b_local, lam=None, comm=None, *, delta=None, penalty="l1", lam_ratio=None,
                      intercept=False, **options):
     """Robust regression with the Huber loss (quadratic within ``delta``, linear beyond)."""
-    return solve(A_local, b_local, "huber", penalty, lam, comm, lam_ratio=lam_ratio, delta=delta,
-                 intercept=intercept, **options)
+    return solve(A_local, b_local, "huber", penalty, lam, comm, lam_ratio=lam_ratio, intercept=intercept,
+                 **_given(delta=delta), **options)

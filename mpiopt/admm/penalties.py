@@ -24,7 +24,9 @@ what the solver needs to know of it, as skglm's penalties do:
   else None; the engine then fuses the z- and u-steps into one kernel
   (:func:`mpiopt.kernels.admm.z_u_update`).
 
-A user registers a penalty of their own the same way and uses it by name::
+A user registers a penalty of their own the same way, declaring its options
+(``LAM``, :mod:`mpiopt.admm.pieces`' weight, shared by the weighted penalties),
+and uses it by name, its options as keywords or in ``penalty_options``::
 
     @register("penalty", "l1_capped")
     class CappedL1(Penalty):

@@ -124,7 +124,7 @@ def penalty_options_of(penalty, lam, keywords, given):
     routed, _, settings = split_keywords(keywords, SETTINGS, penalty=penalty)
     options, problem = merge("penalty", routed, given)
     if "lam" in options and lam is not None:
-        problem = problem or "lam given twice: as a keyword and in penalty_options; give each option once"
+        problem = problem or "lam given twice: as the argument and in penalty_options; give each option once"
     return options, settings, problem
 
 

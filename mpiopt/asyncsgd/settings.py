@@ -152,7 +152,7 @@ def route_method_options(settings, method_options=None):
     routed, problem = {}, None
     for name, value in settings.items():
         if name in declared:
-            if name in given and given[name] is not value and not _same(given[name], value):
+            if name in given and not _same(given[name], value):
                 problem = f"{name} is given twice: {name}={value!r} and method_options[{name!r}]={given[name]!r}"
             given.setdefault(name, value)
         if name in fields or name not in declared:
@@ -164,7 +164,7 @@ def route_method_options(settings, method_options=None):
 
 def _same(a, b):
     try:
-        return bool(a == b)
+        return a is b or bool(a == b)
     except (TypeError, ValueError):
         return False
 

@@ -97,3 +97,59 @@ def test_the_registry_returns_a_classs_or_a_factorys_declaration_and_checks_valu
         for name in ("piece", "factory", "bare"):
             registry.unregister("test-kind", name)
     assert registry.names("test-kind") == []
+
+
+def test_a_message_words_a_refused_value_in_the_pieces_own_words_while_the_declaration_decides():
+    rank = Option("rank", int, 1, "rank", low=1, message="rank must be an integer >= 1, got {value!r}")
+    ratio = Option("ratio", float, 0.5, "share", low=0, low_open=True, high=1,
+                   message="{name} must be in (0, 1], got {value!r}")
+    assert rank.problem(0) == "rank must be an integer >= 1, got 0"
+    assert rank.problem(2.0) == "rank must be an integer >= 1, got 2.0"
+    assert rank.problem(None) == "rank must be an integer >= 1, got None"
+    assert rank.problem(3) is None and ratio.problem(1) is None  # what the declaration allows passes
+    assert ratio.problem(0) == "ratio must be in (0, 1], got 0"
+    assert ratio.problem("a") == "ratio must be in (0, 1], got 'a'"
+    assert Options(rank).problem({"rank": -1}, "compressor 'x'") == (
+        "compressor 'x': rank must be an integer >= 1, got -1")
+    assert rank.describe() == "rank (int >= 1, default 1): rank" and rank.message != Option("rank", int, 1).message
+    assert Option("rank", int, 1, "rank", low=1).problem(0) == "rank must be an int >= 1, got 0"  # no message
+
+
+def test_a_declared_piece_checks_its_values_and_the_registry_builds_it_by_name():
+    from mpiopt.core.options import Declared, seed_option
+
+    class Piece(Declared):
+        name = "piece"
+        options = Options(Option("width", int, help="width", low=1), seed_option("seed"))
+
+        @classmethod
+        def options_problem(cls, values, options=None):
+            return super().options_problem(values, options) or (
+                "piece: width must be even" if values.get("width", 2) % 2 else None)
+
+        def __init__(self, width, seed=0):
+            self.check_options({"width": width, "seed": seed})
+            self.width, self.seed = width, seed
+
+    try:
+        registry.register("test-kind", "piece", Piece)
+        assert registry.piece_problem("test-kind", "piece", {"width": 0}) == "piece: width must be an int >= 1, got 0"
+        assert registry.piece_problem("test-kind", "piece", {"width": 2, "seed": -1}) == (
+            "piece: seed must be an integer >= 0, got -1")
+        assert registry.piece_problem("test-kind", "piece", {"width": 3}) == "piece: width must be even"
+        assert registry.piece_problem("test-kind", "piece", {}, complete=True) == "test-kind 'piece' needs width"
+        assert registry.piece_problem("test-kind", "nope", {}) == "test-kind must be one of piece, got 'nope'"
+        built = registry.build("test-kind", "piece", {"width": 4})
+        assert isinstance(built, Piece) and (built.width, built.seed) == (4, 0)
+        with pytest.raises(TypeError, match=r"^test-kind 'piece' takes width, seed; got depth$"):
+            registry.build("test-kind", "piece", {"width": 4, "depth": 1})
+        with pytest.raises(TypeError, match=r"^test-kind 'piece' needs width$"):
+            registry.build("test-kind", "piece", {})
+        with pytest.raises(ValueError, match=r"^piece: width must be even$"):
+            registry.build("test-kind", "piece", {"width": 5})
+        with pytest.raises(ValueError, match=r"^piece: width must be even$"):
+            Piece(5)
+        with pytest.raises(registry.RegistryError):
+            registry.build("test-kind", "nope", {})
+    finally:
+        registry.unregister("test-kind", "piece")

@@ -43,7 +43,7 @@ import numpy as np
 from ..core.backend import to_host
 from ..core.options import NO_OPTIONS, Option, Options
 from ..core.registry import register
-from .pieces import LAM, WordedOption
+from .pieces import LAM
 from .prox import soft_threshold
 
 
@@ -175,8 +175,8 @@ class ElasticNet(Penalty):
     """lam (l1_ratio ||z||_1 + (1 - l1_ratio) / 2 ||z||^2), scikit-learn's convention."""
 
     name = "elastic_net"
-    options = Options(LAM, WordedOption("l1_ratio", float, 0.5, "the share of the L1 part (1: the lasso)", low=0,
-                                        low_open=True, high=1, words="{name} must be in (0, 1], got {value!r}"))
+    options = Options(LAM, Option("l1_ratio", float, 0.5, "the share of the L1 part (1: the lasso)", low=0,
+                                  low_open=True, high=1, message="{name} must be in (0, 1], got {value!r}"))
 
     @classmethod
     def lambda_max(cls, gradient, options):

@@ -18,26 +18,13 @@ an error naming the options it takes, and an option given both ways is an
 error too.  A piece with a name clashing with a setting takes it through its
 ``*_options`` dict only.
 """
-import dataclasses
-
 from ..core.options import NO_OPTIONS, Option, Options
 from ..core.registry import lookup, names, unknown
 
-
-@dataclasses.dataclass(frozen=True)
-class WordedOption(Option):
-    """An :class:`Option` whose problem is said in fixed ``words`` (with ``{name}`` and ``{value!r}``): the
-    messages that users, scripts and tests already know (``lam must be a finite number >= 0, got -1.0``)."""
-
-    words: str = None
-
-    def problem(self, value):
-        found = super().problem(value)
-        return found if found is None or self.words is None else self.words.format(name=self.name, value=value)
-
-
-LAM = WordedOption("lam", float, None, "the penalty's weight; None: give lam_ratio (lam over lambda_max) instead",
-                   low=0, words="{name} must be a finite number >= 0, got {value!r}")
+# the penalties' weight, in the words users, scripts and tests already know (``lam must be a finite number >= 0,
+# got -1.0``)
+LAM = Option("lam", float, None, "the penalty's weight; None: give lam_ratio (lam over lambda_max) instead",
+             low=0, message="{name} must be a finite number >= 0, got {value!r}")
 
 
 def declared(item, kind):

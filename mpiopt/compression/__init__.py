@@ -26,7 +26,7 @@ the table in docs/compression.md is generated from them), and
 ``compressor_problem(name, options)`` checks options against the declaration
 without building anything.
 """
-from ..core.registry import RegistryError, RegistryView, lookup
+from ..core.registry import RegistryError, RegistryView, build, lookup, piece_problem
 # Imported in this order, the compressors register their names in this order.
 from .none import NoCompression
 from .fp16 import FP16
@@ -38,7 +38,6 @@ from .randomk import RandomK
 from .powersgd import PowerSGD, PowerSGDRound
 from .error_feedback import ErrorFeedback
 from .base import Compressor, Context, bucket_payload_bytes, pack, tensor_matrix_shape, unpack
-from .declared import build, piece_problem
 
 
 COMPRESSORS = RegistryView("compressor", "COMPRESSORS")  # name -> class, a live view of the registry

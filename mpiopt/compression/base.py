@@ -46,8 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.backend import Scratch, get_array_module
-from ..core.options import Options
-from .declared import Declared, Worded
+from ..core.options import Declared, Option, Options
 
 FLOAT_DTYPES = (np.float32, np.float64)
 
@@ -151,7 +150,7 @@ class Compressor(Declared):
     """Base class: argument checks, step counting, ``decompress``/``accumulate`` around the hooks.
 
     A subclass sets ``name``, the flags and ``options`` (its declared
-    constructor options, checked by ``check_options``: :class:`~.declared.Declared`), registers itself with
+    constructor options, checked by ``check_options``: :class:`~mpiopt.core.options.Declared`), registers itself with
     ``register("compressor", name)`` and implements ``context(shape, dtype,
     name, step)``, ``encode(flat, ctx)`` (a tuple of arrays that do not alias
     ``flat``) and ``decode(payload, ctx, flat_out)``; ``accumulate`` may be
@@ -265,9 +264,9 @@ def sparse_count(n, ratio, k):
 
 
 SPARSE_OPTIONS = Options(
-    Worded("ratio", float, 0.01, "share of the entries kept, k = round(ratio n) (unused when k is given)",
+    Option("ratio", float, 0.01, "share of the entries kept, k = round(ratio n) (unused when k is given)",
            low=0, high=1, low_open=True, message="ratio must be in (0, 1], got {value!r}"),
-    Worded("k", int, None, "number of entries kept (at most n); None: from ratio", low=0,
+    Option("k", int, None, "number of entries kept (at most n); None: from ratio", low=0,
            message="k must be an integer >= 0, got {value!r}"))
 
 

@@ -46,11 +46,10 @@ import math
 import numpy as np
 
 from ..core.backend import get_array_module, to_module
-from ..core.options import Option, Options
+from ..core.options import Option, Options, seed_option
 from ..core.random import random_stream
 from ..core.registry import register
 from .base import Compressor, buffer_name
-from .declared import Worded, seed_option
 
 
 class PowerSGDRound:
@@ -87,7 +86,7 @@ class PowerSGD(Compressor):
     per_tensor = True
     rounds = 2
     options = Options(
-        Worded("rank", int, 1, "rank r of the approximation P^ Q^T", low=1,
+        Option("rank", int, 1, "rank r of the approximation P^ Q^T", low=1,
                message="rank must be an integer >= 1, got {value!r}"),
         Option("min_compression_rate", float, 2.0, "a matrix whose rows cols < this (rows + cols) r travels "
                                                    "uncompressed (PyTorch's rule)", low=0),

@@ -46,12 +46,11 @@ spacing near |y_i| <= s: at most 2^-17 of a level for 8 bits).
 """
 import numpy as np
 
-from ..core.options import Option, Options
+from ..core.options import Option, Options, seed_option
 from ..core.registry import register
 from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_norms,
                                 qsgd_quantize, unpack_nibbles)
 from .base import Compressor
-from .declared import Worded, seed_option
 
 __all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "per_bucket", "unpack_nibbles"]
 
@@ -61,9 +60,9 @@ class QSGD(Compressor):
     name = "qsgd"
     unbiased = True
     options = Options(
-        Worded("bits", int, 8, "bits per level: 8 (int8) or 4 (two per byte)", choices=(8, 4),
+        Option("bits", int, 8, "bits per level: 8 (int8) or 4 (two per byte)", choices=(8, 4),
                message="bits must be 8 or 4, got {value!r}"),
-        Worded("bucket_size", int, 512, "elements per bucket, each with its own norm", low=1,
+        Option("bucket_size", int, 512, "elements per bucket, each with its own norm", low=1,
                message="bucket_size must be an integer >= 1, got {value!r}"),
         Option("norm", str, "l2", "the bucket's norm: l2 (the paper's) or max (less variance)", choices=NORMS),
         seed_option("seed of the rounding noise"),

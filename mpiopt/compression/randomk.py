@@ -25,12 +25,11 @@ same ``seed`` must use the same one (it is the shared part).
 import numpy as np
 
 from ..core.backend import get_array_module
-from ..core.options import Option, Options
+from ..core.options import Option, Options, seed_option
 from ..core.random import random_stream
 from ..kernels.compress import scatter_add
 from ..core.registry import register
 from .base import SPARSE_OPTIONS, SparseCompressor, sparse_count
-from .declared import seed_option
 
 
 @register("compressor", "randomk")

@@ -24,7 +24,11 @@ it gives the names, ``"lam" in options`` asks for one.
 A piece that is a class declares ``options`` as a class attribute (a subclass
 extends its base's with ``Base.options + Options(...)``); a factory function
 passes ``options=`` to :func:`mpiopt.core.registry.register`.  Either way
-``registry.options(kind, name)`` returns the declaration.
+``registry.options(kind, name)`` returns the declaration.  A piece built
+from its options (a compressor, a model, an optimizer) derives from
+:class:`Declared`, whose constructor checks them; ``registry.piece_problem``
+and ``registry.build`` make the same checks by kind and name.  An option may
+keep a piece's older message word for word (``Option(..., message=...)``).
 """
 import math
 import numbers
@@ -53,6 +57,10 @@ class Option:
     float is declared.  ``low``/``high`` bound a number (``low_open``/
     ``high_open``: strictly), ``choices`` lists the allowed values,
     ``nullable`` also allows None (a default of None implies it).
+    ``message``, when given, is what :meth:`problem` says when the declaration
+    refuses a value, ``message.format(name=name, value=value)``: a piece's own
+    wording that users, scripts and tests already read (``rank must be an
+    integer >= 1, got {value!r}``), while the declaration still decides.
     """
 
     name: str
@@ -65,6 +73,7 @@ class Option:
     nullable: bool = False
     low_open: bool = False
     high_open: bool = False
+    message: str = None
 
     @property
     def required(self):
@@ -89,7 +98,15 @@ class Option:
         return words + (" or None" if self.accepts_none and self.choices is None else "")
 
     def problem(self, value):
-        """A message when ``value`` does not meet the declaration (``gamma must be a float > 1, got 0.5``)."""
+        """A message when ``value`` does not meet the declaration (``gamma must be a float > 1, got 0.5``), in
+        ``message``'s words when it is given; None when it does."""
+        found = self._refusal(value)
+        if found is None or self.message is None:
+            return found
+        return self.message.format(name=self.name, value=value)
+
+    def _refusal(self, value):
+        """The declaration's own message for ``value``, or None."""
         if value is None:
             return None if self.accepts_none else f"{self.name} must be given ({_a(self.constraint())}), got None"
         if self.choices is not None:
@@ -259,3 +276,32 @@ class Options(Mapping):
 
 
 NO_OPTIONS = Options()
+
+
+def seed_option(help_text):
+    """The ``seed`` option of a piece that draws random numbers: an integer >= 0, default 0, worded as
+    :func:`mpiopt.core.random.seed_problem` words it."""
+    return Option("seed", int, 0, help_text, low=0, message="seed must be an integer >= 0, got {value!r}")
+
+
+class Declared:
+    """A piece whose ``options`` declaration checks its constructor's values (a compressor, a model, an
+    optimizer): its constructor calls :meth:`check_options`, and
+    :func:`mpiopt.core.registry.piece_problem` / :func:`~mpiopt.core.registry.build` run the same checks by
+    kind and registered name before anything is built."""
+
+    name = "piece"
+    options = NO_OPTIONS
+
+    @classmethod
+    def options_problem(cls, values, options=None):
+        """The one-line problem of ``values`` (options by name) against ``options`` (default: the class's
+        declaration), worded ``{name}: ...``, or None.  A piece with relations between its options extends
+        this with them, after the declared checks."""
+        return (cls.options if options is None else options).problem(values, cls.name)
+
+    def check_options(self, values, options=None):
+        """Raise ValueError with :meth:`options_problem`'s message, if any (the constructors call it)."""
+        problem = type(self).options_problem(values, options)
+        if problem:
+            raise ValueError(problem)

@@ -19,11 +19,15 @@ its ``options`` attribute, a factory function through ``register(...,
 options=Options(...))``.  ``options(kind, name)`` returns the declaration and
 ``options_problem(kind, name, values)`` checks values against it; the front
 ends, the command line and the docs read the same declaration.
+``piece_problem(kind, name, values)`` and ``build(kind, name, values)`` are
+the front ends' side for a piece built from its options (``get_compressor``,
+``get_model``, ``get_optimizer``): the same checks as the piece's constructor
+(:class:`~.options.Declared`), before anything is built.
 """
 import importlib
 from collections.abc import Mapping
 
-from .options import NO_OPTIONS, Options
+from .options import NO_OPTIONS, Declared, Options
 
 _REGISTRY = {}
 _DECLARED = {}  # (kind, name) -> Options given to register() for an item without an options attribute
@@ -124,6 +128,41 @@ def options_problem(kind, name, values, *, complete=False):
     if message:
         return message
     return options(kind, name).problem(values, f"{kind} {name!r}", complete=complete)
+
+
+def _signature_problem(kind, name, values, complete):
+    """The message for an undeclared option or (with ``complete``) a required one left out, or None."""
+    declared, owner = options(kind, name), f"{kind} {name!r}"
+    message = declared.unknown(values, owner)
+    missing = [key for key, option in declared.items() if complete and option.required and key not in values]
+    return message or (f"{owner} needs {', '.join(missing)}" if missing else None)
+
+
+def piece_problem(kind, name, values, *, complete=False):
+    """The one-line problem of building ``kind``/``name`` with ``values`` (options by name), or None: an
+    unknown name, an undeclared option, with ``complete`` a required one left out, a value outside its
+    declaration (the piece's wording, see :class:`~.options.Declared`), then the piece's own relations."""
+    message = unknown(kind, name) or _signature_problem(kind, name, values, complete)
+    if message:
+        return message
+    piece = lookup(kind, name)
+    if isinstance(piece, type) and issubclass(piece, Declared):
+        return piece.options_problem(dict(values))
+    return options(kind, name).problem(values, name)
+
+
+def build(kind, name, values):
+    """``kind``/``name`` built with ``values`` (options by name) once they pass :func:`piece_problem`:
+    RegistryError for an unknown name, TypeError for an undeclared or missing option, ValueError for a bad
+    value."""
+    piece = lookup(kind, name)
+    message = _signature_problem(kind, name, values, True)
+    if message:
+        raise TypeError(message)
+    message = piece_problem(kind, name, values)
+    if message:
+        raise ValueError(message)
+    return piece(**values)
 
 
 def unregister(kind, name):

@@ -13,7 +13,7 @@ Every loss is a mean over the batch plus ``alpha / 2`` times the squared norm
 of the weights; see :mod:`mpiopt.models.base` for the interface and
 docs/training.md for the formulas and how to add a model.
 """
-from ..compression.declared import build, piece_problem
+from ..core.registry import build, piece_problem
 from .base import LinearModel, Model
 from .linear import LinearRegression
 from .logistic import LogisticRegression

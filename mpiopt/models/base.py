@@ -33,9 +33,8 @@ import numbers
 
 import numpy as np
 
-from ..compression.declared import Declared, Worded
 from ..core.backend import get_array_module
-from ..core.options import Options
+from ..core.options import Declared, Option, Options
 
 
 def count_problem(what, value, least):
@@ -47,7 +46,7 @@ def count_problem(what, value, least):
 
 def n_classes_option(default, help_text):
     """The ``n_classes`` option of a classifier: an integer >= 2 (``default`` None: also a regression)."""
-    return Worded("n_classes", int, default, help_text, low=2,
+    return Option("n_classes", int, default, help_text, low=2,
                   message="n_classes must be an integer >= 2, got {value!r}")
 
 
@@ -61,9 +60,9 @@ class Model(Declared):
     name = "model"
     n_classes = None
     options = Options(
-        Worded("n_features", int, help="columns of X", low=1,
+        Option("n_features", int, help="columns of X", low=1,
                message="n_features must be an integer >= 1, got {value!r}"),
-        Worded("alpha", float, 0.0, "L2 penalty: alpha / 2 times the squared norm of the weights", low=0,
+        Option("alpha", float, 0.0, "L2 penalty: alpha / 2 times the squared norm of the weights", low=0,
                message="alpha must be a finite number >= 0, got {value!r}"))
 
     def __init__(self, n_features, shapes, alpha=0.0):

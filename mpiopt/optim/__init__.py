@@ -11,7 +11,7 @@
 ``load_state_dict(d)`` checkpoint and resume bit for bit.  See
 :mod:`mpiopt.optim.base` and docs/training.md.
 """
-from ..compression.declared import build, piece_problem
+from ..core.registry import build, piece_problem
 from .adam import Adam
 from .base import Optimizer
 from .sgd import SGD

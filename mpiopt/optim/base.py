@@ -27,9 +27,9 @@ import numbers
 
 import numpy as np
 
-from ..compression.declared import Declared, Worded
 from ..core.backend import get_array_module, to_host
 from ..core.comm import first_problem
+from ..core.options import Declared, Option
 
 
 def in_range(value, low, high=math.inf):
@@ -40,12 +40,12 @@ def in_range(value, low, high=math.inf):
 def number_option(name, default, help_text, high=None):
     """A hyperparameter that is a finite number >= 0 (at most ``high``), worded as the optimizers always did."""
     words = "a number >= 0" if high is None else f"a number in [0, {high:g}]"
-    return Worded(name, float, default, help_text, low=0, high=high, message=f"{name} must be {words}, got {{value!r}}")
+    return Option(name, float, default, help_text, low=0, high=high, message=f"{name} must be {words}, got {{value!r}}")
 
 
 def flag_option(name, default, help_text):
     """A hyperparameter that is True or False."""
-    return Worded(name, bool, default, help_text, message=f"{name} must be True or False, got {{value!r}}")
+    return Option(name, bool, default, help_text, message=f"{name} must be True or False, got {{value!r}}")
 
 
 class Optimizer(Declared):

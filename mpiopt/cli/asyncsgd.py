@@ -1,0 +1,273 @@
+"""``mpiopt async-sgd``: SGD with heterogeneous workers, on the simulator or the MPI ranks.
+"""
+import argparse
+import math
+
+from .common import exit_status, number, plot_problem, positive_int, widths
+
+
+def _threshold(text):
+    """Ringmaster's R: an integer (checked by the settings) or inf."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return math.inf
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or inf, got {text!r}") from None
+
+
+def _times(text):
+    try:
+        values = [float(value) for value in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(value) and value > 0 for value in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated compute times > 0 such as 1,2.5,4, got {text!r}")
+    return values
+
+
+# the problem options of the command line: option (the argparse dest) -> the problem's keyword
+ASYNC_SGD_PROBLEM_OPTIONS = {"dim": "dim", "noise": "noise", "batch_size": "batch_size", "dataset": "dataset",
+                             "hidden": "hidden"}
+
+
+def add_parser(commands):
+    from .. import asyncsgd as _asyncsgd  # noqa: F401 (registers the methods, problems and compute-time models)
+    from .. import data as _data  # noqa: F401 (registers the data sets)
+    from ..asyncsgd import RUNTIMES, AsyncSGDSettings
+    from ..core.registry import names
+    defaults = AsyncSGDSettings()
+    sgd = commands.add_parser(
+        "async-sgd", help="SGD with heterogeneous workers: Minibatch, Asynchronous, Rennala and Ringmaster SGD",
+        description="SGD with workers of different speeds, on a simulator (a virtual clock, thousands of "
+                    "workers on one core) or on the MPI ranks (rank 0 serves, ranks 1.. compute). Prints the "
+                    "measured time to epsilon beside the theory's prediction (constants dropped); --method all "
+                    "compares every method on the same problem and workers. See docs/async_sgd.md.")
+    sgd.add_argument("--method", default=defaults.method, choices=names("asyncsgd-method") + ["all"],
+                     help="the method, or all of them one after another (default %(default)s)")
+    sgd.add_argument("--runtime", default=defaults.runtime, choices=list(RUNTIMES),
+                     help="simulator (virtual time) or mpi (rank 0 serves, ranks 1.. work) (default %(default)s)")
+    sgd.add_argument("--workers", type=positive_int, metavar="N",
+                     help="simulator: virtual workers (default 8, or one per --taus); mpi: ranks - 1 (the default)")
+    times = sgd.add_mutually_exclusive_group()
+    times.add_argument("--tau", choices=names("tau-model"), help=f"compute-time model (default {defaults.tau})")
+    times.add_argument("--taus", type=_times, metavar="T1,T2,...", help="fixed compute times, one per worker")
+    group = sgd.add_argument_group("problem")
+    group.add_argument("--problem", default="quadratic", choices=names("asyncsgd-problem"),
+                       help="(default %(default)s)")
+    group.add_argument("--dim", type=positive_int, help="quadratic, worst-case: dimension (default 100)")
+    group.add_argument("--noise", type=float, metavar="SIGMA2",
+                       help="quadratic, worst-case: variance sigma^2 of a stochastic gradient (default 1e-3)")
+    group.add_argument("--batch-size", type=positive_int, help="logistic, mlp: rows per stochastic gradient")
+    group.add_argument("--dataset", choices=names("dataset"), help="logistic, mlp: the data set")
+    group.add_argument("--hidden", type=widths, metavar="W1,W2,...", help="mlp: hidden layer widths")
+    group = sgd.add_argument_group("method")
+    group.add_argument("--epsilon", type=float, help="target for ||grad f||^2 (default 1e-2 ||grad f(x0)||^2)")
+    group.add_argument("--step-size", type=float, help="gamma (default: the theory's)")
+    group.add_argument("--batch", type=int, metavar="B", help="rennala: gradients per step (default: the theory's)")
+    group.add_argument("--threshold", type=_threshold, metavar="R",
+                       help="ringmaster: delay threshold, an integer or inf (default: the theory's)")
+    group.add_argument("--stop-computations", action="store_true",
+                       help="ringmaster: stop a worker's gradient once its delay reaches R")
+    group.add_argument("--no-delay-adaptive", action="store_true", help="asgd: a constant step size")
+    group.add_argument("--no-restart", action="store_true", help="rennala: workers keep computing after a step")
+    group = sgd.add_argument_group("stopping and time")
+    group.add_argument("--max-steps", type=int, default=defaults.max_steps, help="(default: no cap)")
+    group.add_argument("--max-gradients", type=int, default=defaults.max_gradients,
+                       help="gradients that reached the server (default %(default)s)")
+    group.add_argument("--max-time", type=float, help="in compute-time units (default: no cap)")
+    group.add_argument("--no-stop-at-epsilon", action="store_true", help="go on after reaching epsilon")
+    group.add_argument("--eval-every", type=int, default=defaults.eval_every,
+                       help="steps between evaluations of f and ||grad f||^2 (default %(default)s)")
+    group.add_argument("--seed", type=int, default=defaults.seed, help="gradient noise and random compute times")
+    group.add_argument("--time-unit", type=float, default=defaults.time_unit,
+                       help="mpi: seconds per compute-time unit (default %(default)s)")
+    group.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
+                       help="mpi: seconds the server waits for a message before giving up (default %(default)s)")
+    group = sgd.add_argument_group("output")
+    group.add_argument("--output", default="mpiopt_async_sgd.json",
+                       help="JSON result file; with --method all, every method's result (default %(default)s)")
+    group.add_argument("--plot", metavar="FILE.png",
+                       help="loss and ||grad f||^2 against time, every method in one figure (needs matplotlib)")
+    group.add_argument("--trace", action="store_true", help="keep every arrival in the result (info.trace)")
+    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K evaluations")
+    group.add_argument("--quiet", action="store_true", help="no iteration log")
+    sgd.set_defaults(run=run_async_sgd, parser=sgd)
+
+
+def _problem_parameters(name):
+    """The keywords problem ``name`` takes (None: any), from its factory or, behind ``**options``, its class."""
+    import inspect
+
+    from ..asyncsgd import Problem
+    from ..core.registry import lookup
+    parameters = inspect.signature(lookup("asyncsgd-problem", name)).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return set(parameters)
+    classes, pending = [], [Problem]
+    while pending:
+        cls = pending.pop()
+        classes.append(cls)
+        pending.extend(cls.__subclasses__())
+    for cls in classes:
+        if cls.__dict__.get("name") == name:
+            return set(inspect.signature(cls).parameters)
+    return None
+
+
+def _async_sgd_checks(args, comm):
+    """(problem options, n_workers, a problem with the options or None), the same on every rank."""
+    given = {keyword: getattr(args, option) for option, keyword in ASYNC_SGD_PROBLEM_OPTIONS.items()
+             if getattr(args, option) is not None}
+    n_workers = args.workers
+    if args.runtime == "mpi":
+        if comm.size < 2:
+            return given, n_workers, "the mpi runtime needs at least 2 ranks (a server and a worker): run it " \
+                                     "under mpiexec -n N with N >= 2, or use --runtime simulator"
+        if n_workers is not None and n_workers != comm.size - 1:
+            return given, n_workers, (f"--workers {n_workers}, but the mpi runtime at {comm.size} ranks has "
+                                      f"{comm.size - 1} workers (ranks - 1); omit --workers")
+    if args.taus is not None:
+        workers = n_workers or (comm.size - 1 if args.runtime == "mpi" else len(args.taus))
+        if len(args.taus) != workers:
+            return given, n_workers, f"--taus gives {len(args.taus)} compute times for {workers} workers"
+        if args.runtime == "simulator":
+            n_workers = workers
+    accepted = _problem_parameters(args.problem)
+    refused = [option for option, keyword in ASYNC_SGD_PROBLEM_OPTIONS.items()
+               if keyword in given and accepted is not None and keyword not in accepted]
+    if refused:
+        return given, n_workers, (f"problem {args.problem} takes no "
+                                  f"{', '.join('--' + option.replace('_', '-') for option in refused)}")
+    return given, n_workers, None
+
+
+def run_async_sgd(args, comm):
+    from ..asyncsgd import AsyncSGDSettings, async_sgd, get_problem, methods
+    from ..core.comm import check_collectively
+    from ..core.io import check_writable, write_json
+    check_writable(args.output, comm)
+    check_writable(args.plot, comm, what="plot")
+    options, n_workers, problem = _async_sgd_checks(args, comm)
+    check_collectively(comm, problem or plot_problem(args.plot, comm))
+    names = _method_order(methods()) if args.method == "all" else [args.method]
+    tau = args.taus if args.taus is not None else args.tau
+    common = dict(runtime=args.runtime, n_workers=n_workers, epsilon=args.epsilon, step_size=args.step_size,
+                  batch=args.batch, threshold=args.threshold, stop_computations=args.stop_computations,
+                  delay_adaptive=not args.no_delay_adaptive, restart=not args.no_restart,
+                  max_steps=args.max_steps, max_gradients=args.max_gradients, max_time=args.max_time,
+                  stop_at_epsilon=not args.no_stop_at_epsilon, eval_every=args.eval_every, seed=args.seed,
+                  time_unit=args.time_unit, idle_timeout=args.idle_timeout, trace=args.trace,
+                  verbose=not args.quiet, log_every=args.log_every)
+    if tau is not None:
+        common["tau"] = tau
+    for name in names:  # every method's settings are checked before any work
+        AsyncSGDSettings.collective(comm, method=name, **common)
+    error = built = None
+    try:  # built once: every method runs on the same problem
+        built = get_problem(args.problem, seed=args.seed, comm=comm, **options)
+    except (ValueError, TypeError, KeyError, ImportError) as failure:
+        error = f"cannot set up the problem: {failure}"
+    check_collectively(comm, error)
+    results = {name: async_sgd(built, comm=comm, method=name, **common) for name in names}
+    if comm.rank == 0:
+        source = {"problem": args.problem, "problem_options": options, "ranks": comm.size}
+        if args.method == "all":
+            payload = {"methods": names, "comparison": _async_sgd_comparison(results),
+                       "results": {name: result.to_dict() for name, result in results.items()}, "source": source}
+        else:
+            payload = dict(results[args.method].to_dict(), source=source)
+        write_json(args.output, payload)
+        if args.plot:
+            _async_sgd_plot(results, args.plot)
+        print("\n".join(_async_sgd_table(results, compare=args.method == "all")))
+        print(f"result written to {args.output}" + (f"; plot written to {args.plot}" if args.plot else ""),
+              flush=True)
+    return max(exit_status(result) for result in results.values())
+
+
+def _method_order(registered):
+    """The registered methods, slowest theory first (Minibatch, Asynchronous, Rennala, Ringmaster), then others."""
+    known = [name for name in ("minibatch", "asgd", "rennala", "ringmaster") if name in registered]
+    return known + [name for name in registered if name not in known]
+
+
+def _async_sgd_comparison(results):
+    """Per method: the measured and predicted times to epsilon and, beside Rennala's, their ratios."""
+    rennala = results.get("rennala")
+    comparison = {}
+    for name, result in results.items():
+        measured, predicted = result.time_to_epsilon, result.predicted.get(name)
+        row = {"status": result.status, "measured": measured, "predicted": predicted}
+        if rennala is not None:
+            base, base_predicted = rennala.time_to_epsilon, rennala.predicted.get("rennala")
+            row["measured/rennala"] = measured / base if measured is not None and base else None
+            row["predicted/rennala"] = predicted / base_predicted if predicted is not None and base_predicted \
+                else None
+        comparison[name] = row
+    return comparison
+
+
+def _async_sgd_table(results, compare=False):
+    """The lines of the summary: what was run, then one row per method."""
+    first = next(iter(results.values()))
+    info, problem = first.info, first.info["problem"]
+    predicted = first.predicted
+    lines = [f"async-sgd: {problem['name']}, d = {problem['dim']}, L = {problem['L']:.4g}, "
+             f"sigma^2 = {problem['sigma2']:.4g}, epsilon = {info['epsilon']:.4g}",
+             f"workers: {info['n_workers']} ({info['runtime']} runtime), compute times {info['tau']}, "
+             f"m* = {predicted.get('m_star')}; times in compute-time units, predicted with constants dropped"]
+    header = ["method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted"]
+    if compare:
+        header += ["measured/rennala", "predicted/rennala"]
+    comparison = _async_sgd_comparison(results)
+    rows = []
+    for name, result in results.items():
+        workers = result.info["workers"]
+        row = [name, result.status, str(result.steps), str(result.gradients), str(sum(workers["discarded"])),
+               str(sum(workers["cancelled"])), number(result.time_to_epsilon, ".6g", "not reached"),
+               number(result.predicted.get(name), ".4g")]
+        if compare:
+            row += [number(comparison[name].get("measured/rennala"), ".3f"),
+                    number(comparison[name].get("predicted/rennala"), ".3f")]
+        rows.append(row)
+    widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
+
+    def line(cells):
+        return "  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
+                         for i, (cell, width) in enumerate(zip(cells, widths))).rstrip()
+    rule = "-" * len(line(header))
+    return lines + [rule, line(header), rule] + [line(row) for row in rows] + [rule]
+
+
+def _async_sgd_plot(results, path):
+    """||grad f||^2 and f - f_low against time, one curve per method (one method: the result's own plot)."""
+    if len(results) == 1:
+        next(iter(results.values())).plot(path)
+        return
+    import io
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..core.io import write_atomic
+    figure, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    first = next(iter(results.values()))
+    for name, result in results.items():
+        h, f_low = result.history, result.info["problem"]["f_low"]
+        axes[0].semilogy(h["time"], h["grad_norm2"], label=name)
+        axes[1].semilogy(h["time"], [max(v - f_low, 1e-300) for v in h["loss"]], label=name)
+    axes[0].axhline(first.info["epsilon"], color="gray", linestyle="--", label="epsilon")
+    axes[0].set_title("||grad f(x)||^2")
+    axes[1].set_title("f(x) - f_low")
+    for axis in axes:
+        axis.set_xlabel("time (compute-time units)")
+        axis.legend()
+    figure.suptitle(f"{first.info['problem']['name']}, {first.info['n_workers']} workers, "
+                    f"compute times {first.info['tau']} ({first.info['runtime']})")
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    plt.close(figure)
+    write_atomic(path, buffer.getvalue(), mode="wb")

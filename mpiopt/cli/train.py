@@ -1,0 +1,160 @@
+"""``mpiopt train``: data-parallel training with DDP buckets, compression and ZeRO.
+"""
+from .common import add_checkpoint_options, boolean, built, exit_status, literal, positive_int, widths
+
+
+def add_parser(commands):
+    from .. import data as _data  # noqa: F401 (registers the data sets)
+    from .. import models as _models  # noqa: F401 (registers the models)
+    from .. import optim as _optim  # noqa: F401 (registers the optimizers)
+    from ..collectives import REDUCERS
+    from ..core.registry import names
+    from ..train import TrainSettings
+    defaults = TrainSettings()
+    train = commands.add_parser(
+        "train", help="data-parallel training of a model on a data set: DDP buckets and overlap, ZeRO stages 1-3",
+        description="Data-parallel training: every rank holds the data set and takes its share of each global "
+                    "batch; gradients are reduced in buckets while the backward pass goes on; --zero-stage shards "
+                    "the optimizer state (1), the gradients (2) and the parameters (3) over the ranks.")
+    train.add_argument("--model", default="mlp", choices=names("model"), help="(default %(default)s)")
+    train.add_argument("--hidden", type=widths, default=(64,), metavar="W1,W2,...",
+                       help="mlp: hidden layer widths (default 64)")
+    train.add_argument("--alpha", type=float, default=1e-4, help="L2 penalty on the weights (default %(default)s)")
+    train.add_argument("--data", default="digits", choices=names("dataset"), help="data set (default %(default)s)")
+    train.add_argument("--test-fraction", type=float, default=0.25, help="held out for testing (default %(default)s)")
+    train.add_argument("--optimizer", default="adam", choices=names("optimizer"), help="(default %(default)s)")
+    train.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
+    train.add_argument("--momentum", type=float, help="sgd: momentum")
+    train.add_argument("--weight-decay", type=float, help="L2 weight decay in the optimizer")
+    train.add_argument("--epochs", type=int, default=defaults.epochs, help="(default %(default)s)")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size,
+                       help="global batch, over all ranks (default %(default)s)")
+    train.add_argument("--seed", type=int, default=defaults.seed, help="order of the batches, starting point, split")
+    train.add_argument("--max-steps", type=int, help="stop after this many steps in all")
+    train.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none")
+    group = train.add_argument_group("communication")
+    group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS),
+                       help="collective algorithm (default %(default)s)")
+    group.add_argument("--compressor", choices=names("compressor"),
+                       help="compress the gradient buckets (default: none); its options below")
+    feedback = group.add_mutually_exclusive_group()
+    feedback.add_argument("--error-feedback", dest="error_feedback", action="store_const", const=True,
+                          help="compressor: carry what compression drops into the next step (default: as the "
+                               "compressor says: on for the biased ones, off for the unbiased ones)")
+    feedback.add_argument("--no-error-feedback", dest="error_feedback", action="store_const", const=False,
+                          help="compressor: drop what compression loses")
+    flags = _add_compressor_options(train, group)
+    group.add_argument("--zero-stage", type=int, default=defaults.zero_stage, choices=(0, 1, 2, 3),
+                       help="0: replicated (DDP); 1: shard optimizer state; 2: and gradients; 3: and parameters "
+                            "(default %(default)s)")
+    group.add_argument("--bucket-bytes", type=positive_int, default=defaults.bucket_bytes,
+                       help="gradient bucket size (default %(default)s)")
+    group.add_argument("--no-overlap", action="store_true", help="reduce the buckets after the backward pass")
+    group = train.add_argument_group("output")
+    group.add_argument("--output", default="mpiopt_train.json", help="JSON result file (default %(default)s)")
+    add_checkpoint_options(group, "training state", "steps")
+    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
+    group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
+    group.add_argument("--quiet", action="store_true", help="no training log")
+    train.set_defaults(run=run_train, parser=train, compressor_flags=flags,
+                       check=lambda args: _compressor_choice(args)[1])
+
+
+# a compressor option the command line does not offer: the compressed reducer gives each rank its own worker
+RANK_OWN_COMPRESSOR_OPTIONS = ("worker",)
+
+
+def _add_compressor_options(parser, group):
+    """A flag for every option the registered compressors declare (their ``options``), typed by the
+    constructors' defaults: ``--ratio``, ``--rank``, ``--bits``, ...; ``--compressor-NAME`` where NAME is already a
+    flag of the command.  Returns {option: flag}."""
+    import inspect
+
+    from ..core.registry import lookup, names
+    owners, defaults = {}, {}
+    for compressor in names("compressor"):
+        factory = lookup("compressor", compressor)
+        parameters = inspect.signature(factory).parameters
+        for option in factory.options:
+            if option in RANK_OWN_COMPRESSOR_OPTIONS:
+                continue
+            owners.setdefault(option, []).append(compressor)
+            default = parameters[option].default if option in parameters else None
+            defaults.setdefault(option, {})[compressor] = None if default is inspect.Parameter.empty else default
+    flags = {}
+    for option, takers in owners.items():
+        flag = "--" + option.replace("_", "-")
+        if flag in parser._option_string_actions:
+            flag = "--compressor-" + option.replace("_", "-")
+        kinds = {type(value) for value in defaults[option].values() if value is not None}
+        kind = kinds.pop() if len(kinds) == 1 else None
+        convert = {bool: boolean, int: int, float: float, str: str}.get(kind, literal)
+        values = {name: defaults[option][name] for name in takers if defaults[option][name] is not None}
+        shown = (str(next(iter(values.values()))).lower() if len(set(map(repr, values.values()))) == 1 else
+                 ", ".join(f"{name} {value}" for name, value in values.items()))
+        group.add_argument(flag, dest=f"compressor_option_{option}", type=convert, metavar=option.upper(),
+                           help=f"{', '.join(takers)}: {option}" + (f" (default {shown})" if shown else ""))
+        flags[option] = flag
+    return flags
+
+
+def _compressor_choice(args):
+    """(the compressor options given, a problem or None): every option must be one the chosen compressor
+    declares, and its constructor (which checks the values) must accept them."""
+    from ..compression import get_compressor
+    from ..core.registry import lookup
+    given = {option: getattr(args, f"compressor_option_{option}") for option in args.compressor_flags
+             if getattr(args, f"compressor_option_{option}") is not None}
+    flags = args.compressor_flags
+    if args.compressor is None:
+        feedback = {None: [], True: ["--error-feedback"], False: ["--no-error-feedback"]}[args.error_feedback]
+        named = [flags[option] for option in given] + feedback
+        return given, (f"{', '.join(named)} set{'s' if len(named) == 1 else ''} a compressor's option; choose the "
+                       "compressor with --compressor" if named else None)
+    accepted = [option for option in lookup("compressor", args.compressor).options if option in flags]
+    refused = [flags[option] for option in given if option not in accepted]
+    if refused:
+        takes = ", ".join(flags[option] for option in accepted) or "no options"
+        return given, f"compressor {args.compressor} takes {takes}; got {', '.join(refused)}"
+    try:
+        get_compressor(args.compressor, **given)  # its constructor checks the values
+    except (TypeError, ValueError) as error:
+        return given, str(error)
+    return given, None
+
+
+def run_train(args, comm):
+    from ..core.comm import check_collectively
+    from ..core.io import check_writable, write_json
+    from ..data import load_dataset
+    from ..train import train
+    check_writable(args.output, comm)
+    check_writable(args.checkpoint, comm, what="checkpoint")
+    compressor_options, problem = _compressor_choice(args)
+    check_collectively(comm, problem)  # before the data and the reducer (and when a Slurm job is rendered)
+    data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
+    model, problem = built("model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
+                            {"n_features": data.n_features, "n_classes": data.n_classes, "alpha": args.alpha})
+    optimizer, optimizer_problem = built("optimizer", args.optimizer,
+                                          {"momentum": args.momentum, "weight_decay": args.weight_decay},
+                                          {"lr": args.lr})
+    check_collectively(comm, problem or optimizer_problem)
+    result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
+                   batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps, time_limit=args.time_limit,
+                   reducer=args.reducer, compressor=args.compressor, compressor_options=compressor_options or None,
+                   **({} if args.error_feedback is None else {"error_feedback": args.error_feedback}),
+                   zero_stage=args.zero_stage,
+                   bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap, checkpoint=args.checkpoint,
+                   checkpoint_every=args.checkpoint_every, log_every=args.log_every, verbose=not args.quiet,
+                   blas_threads=args.blas_threads)
+    if comm.rank == 0:
+        test = {"rows": data.n_test, "loss": model.loss(result.params, data.X_test, data.y_test)}
+        if data.n_classes and model.n_classes:
+            test["accuracy"] = float((model.predict(result.params, data.X_test) == data.y_test).mean())
+        payload = dict(result.to_dict(), test=test, source={"data": args.data, "test_fraction": args.test_fraction,
+                                                            "seed": args.seed})
+        write_json(args.output, payload)
+        accuracy = f", accuracy {test['accuracy']:.4f}" if "accuracy" in test else ""
+        print(f"trained {result.steps} steps ({result.status}); training loss {result.loss:.6e}; test loss "
+              f"{test['loss']:.6e}{accuracy}; result written to {args.output}")
+    return exit_status(result)

@@ -22,7 +22,8 @@ import sys
 
 from .. import __version__
 from . import asyncsgd, federated, slurm, solve, train
-from .common import EXIT_STATUS, CheckingParser, CommandError, Parser, guard_against_plain_srun
+from .common import (EXIT_STATUS, CheckingParser, CommandError, HelpFormatter, Parser, guard_against_plain_srun,
+                     registry_listing)
 
 __all__ = ["CheckingParser", "CommandError", "Parser", "build_parser", "main", "parse_arguments"]
 
@@ -45,7 +46,8 @@ def build_parser(parser_class=Parser):
     asyncsgd.add_parser(commands)
     slurm.add_parser(commands)
     for subcommand in commands.choices.values():
-        subcommand.epilog = EXIT_STATUS
+        subcommand.formatter_class = HelpFormatter
+        subcommand.epilog = "\n".join(registry_listing(subcommand) + ["", EXIT_STATUS])
     return parser
 
 

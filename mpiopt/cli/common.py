@@ -16,6 +16,22 @@ def exit_status(result):
     return EXIT_INTERRUPTED if result.status == "interrupted" else EXIT_DONE
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that a text of several lines (the epilog listing the registered pieces and
+    their options) keeps its lines and their indents, each line wrapped on its own."""
+
+    def _fill_text(self, text, width, indent):
+        if "\n" not in text:
+            return super()._fill_text(text, width, indent)
+        import textwrap
+        lines = []
+        for line in text.splitlines():
+            lead = indent + line[:len(line) - len(line.lstrip())]
+            lines.append(textwrap.fill(line.strip(), width, initial_indent=lead, subsequent_indent=lead + "    ")
+                         if line.strip() else "")
+        return "\n".join(lines)
+
+
 class Parser(argparse.ArgumentParser):
     """An argument parser that prints usage, help and errors once, on rank 0.
 
@@ -151,3 +167,66 @@ def guard_against_plain_srun(comm):
               "plugin; launch with 'srun --mpi=pmi2' (or mpiexec)", file=sys.stderr, flush=True)
         return True
     return False
+
+
+def add_options_flag(parser, kind, what=None):
+    """``--KIND-opt NAME=VALUE`` (repeatable, or comma-separated): an option of the chosen piece of ``kind``, read
+    and typed through its declaration (``registry.options``); the pieces and their options are listed in the
+    subcommand's ``--help``."""
+    flag = what or kind.replace("_", "-").replace("asyncsgd-", "")
+    action = parser.add_argument(f"--{flag}-opt", action="append", default=[], metavar="NAME=VALUE",
+                                 dest=f"{flag.replace('-', '_')}_opt",
+                                 help=f"an option of the chosen {flag}, as declared by it (repeatable; "
+                                      f"NAME=VALUE,NAME=VALUE also works); every {flag}'s options are listed below")
+    action.listed_kind = (kind, flag)
+
+
+def chosen_options(args, kind, name, what=None):
+    """(the ``--KIND-opt`` values for ``kind`` ``name``, typed by its declaration, a one-line problem or None)."""
+    from ..core.registry import options, unknown
+    flag = what or kind.replace("_", "-").replace("asyncsgd-", "")
+    pairs = getattr(args, f"{flag.replace('-', '_')}_opt", [])
+    if not pairs:
+        return {}, None
+    problem = unknown(kind, name)
+    if problem:
+        return {}, problem
+    try:
+        return options(kind, name).parse([part for pair in pairs for part in pair.split(",") if part],
+                                         f"{flag} {name!r}"), None
+    except ValueError as error:
+        return {}, f"--{flag}-opt: {error}"
+
+
+def registry_listing(parser):
+    """The epilog lines listing, for each kind the subcommand chooses from, every registered piece (a plugin's
+    too) and its declared options."""
+    from ..core.registry import names, options
+    lines = []
+    for kind, flag in [action.listed_kind for action in parser._actions if hasattr(action, "listed_kind")]:
+        lines.append(f"{flag}s and their options (--{flag}-opt NAME=VALUE):")
+        for name in names(kind):
+            declared = options(kind, name)
+            lines.append(f"  {name}" + ("" if declared else ": no options"))
+            lines.extend(f"      {line}" for line in declared.help_lines())
+    return lines
+
+
+def routed(kind, name, values, flags=None):
+    """(the ``values`` given, option -> value, None for not given, that ``kind`` ``name`` declares; a problem or
+    None): a value given for an option the piece does not declare is ``<kind> <name> takes no <flag>``."""
+    from ..core.registry import options
+    declared = options(kind, name)
+    refused = [(flags or {}).get(option, option) for option, value in values.items()
+               if value is not None and option not in declared]
+    if refused:
+        return {}, f"{kind} {name} takes no {', '.join(refused)}"
+    return {option: value for option, value in values.items() if value is not None}, None
+
+
+def declared_only(kind, name, values):
+    """The ``values`` (option -> value) that ``kind`` ``name`` declares: settings the command line always has
+    (a default of its own) and passes to whichever piece takes them."""
+    from ..core.registry import options
+    declared = options(kind, name)
+    return {option: value for option, value in values.items() if option in declared}

@@ -1,6 +1,7 @@
 """``mpiopt federated``: federated learning over virtual clients on the ranks.
 """
-from .common import add_checkpoint_options, built, exit_status, plot_problem, positive_int, widths
+from .common import (add_checkpoint_options, add_options_flag, built, chosen_options, declared_only, exit_status,
+                     plot_problem, positive_int, routed, widths)
 
 
 def add_parser(commands):
@@ -19,6 +20,7 @@ def add_parser(commands):
                     "combines their updates; the same model at any rank count.")
     federated.add_argument("--strategy", default="fedavg", choices=names("strategy"), help="(default %(default)s)")
     federated.add_argument("--mu", type=float, help="fedprox: proximal weight (default 0.01)")
+    add_options_flag(federated, "strategy")
     federated.add_argument("--server-lr", type=float, default=1.0, help="server learning rate (default %(default)s)")
     federated.add_argument("--server-momentum", type=float, default=0.0,
                            help="server momentum, FedAvgM (default %(default)s)")
@@ -27,6 +29,7 @@ def add_parser(commands):
                        help="a registered data set, split by --partition, or FedProx's Synthetic(alpha, beta) "
                             "(default %(default)s)")
     group.add_argument("--partition", default="iid", choices=names("partition"), help="(default %(default)s)")
+    add_options_flag(group, "partition")
     group.add_argument("--alpha", type=float, default=0.5,
                        help="dirichlet, quantity: concentration; synthetic: alpha (default %(default)s)")
     group.add_argument("--beta", type=float, default=0.5, help="synthetic: beta (default %(default)s)")
@@ -95,7 +98,10 @@ def _federated_clients(args, comm):
         return train, test, 60, 10, source, None
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
     source.update(partition=args.partition, test_fraction=args.test_fraction)
-    options = {"alpha": args.alpha} if args.partition in ("dirichlet", "quantity") else {}
+    options, problem = chosen_options(args, "partition", args.partition)
+    if problem:
+        return None, None, 0, 0, source, problem
+    options = {**declared_only("partition", args.partition, {"alpha": args.alpha}), **options}
     source.update(options)
     try:
         parts = partition(args.partition, data.y_train, args.clients, args.seed, **options)
@@ -138,11 +144,11 @@ def run_federated(args, comm):
     model, model_problem = (None, None) if problem else built(
         "model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
         {"n_features": n_features, "n_classes": n_classes, "alpha": args.weight_penalty})
-    strategy_options = {"server_lr": args.server_lr, "server_momentum": args.server_momentum}
-    if args.mu is not None:
-        if args.strategy != "fedprox":
-            model_problem = model_problem or f"--mu is FedProx's; strategy {args.strategy} takes no mu"
-        strategy_options["mu"] = args.mu
+    strategy_options, strategy_problem = routed("strategy", args.strategy, {
+        "server_lr": args.server_lr, "server_momentum": args.server_momentum, "mu": args.mu})
+    chosen, chosen_problem = chosen_options(args, "strategy", args.strategy)
+    strategy_options.update(chosen)
+    model_problem = model_problem or strategy_problem or chosen_problem
     hooks, hooks_problem = _federated_hooks(args)
     check_collectively(comm, problem or model_problem or hooks_problem or plot_problem(args.plot, comm))
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,

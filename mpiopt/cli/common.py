@@ -93,23 +93,6 @@ def widths(text):
     return widths
 
 
-def boolean(text):
-    value = text.strip().lower()
-    if value in ("true", "yes", "on", "1", "false", "no", "off", "0"):
-        return value in ("true", "yes", "on", "1")
-    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
-
-
-def literal(text):
-    """An option value of no declared type: an integer, a number, true/false, or the text itself."""
-    for convert in (int, float, boolean):
-        try:
-            return convert(text)
-        except (ValueError, argparse.ArgumentTypeError):
-            pass
-    return text
-
-
 def add_checkpoint_options(group, state, unit):
     """--checkpoint and --checkpoint-every, the same for every command that resumes from its checkpoint."""
     group.add_argument("--checkpoint", metavar="FILE.npz",
@@ -119,22 +102,24 @@ def add_checkpoint_options(group, state, unit):
                        help=f"{unit} between checkpoints (0: only on signals and at the end)")
 
 
-def built(kind, name, given, always):
-    """(the registered ``kind`` ``name`` built from ``always`` and the ``given`` options it takes, problem).
+def built(kind, name, given, always, args=None):
+    """(the registered ``kind`` ``name`` built from its options, a problem or None), read by its declaration.
 
-    ``always`` holds the options every piece of the kind may take (passed when its constructor names
-    them); an option the user gave that it does not take is a problem, as is a constructor's error."""
-    import inspect
-
-    from ..core.registry import lookup
-    factory = lookup(kind, name)
-    accepted = inspect.signature(factory).parameters
-    refused = [option for option, value in given.items() if value is not None and option not in accepted]
+    ``given`` holds options the user set (None: not set): one the piece does not declare is a problem.
+    ``always`` holds values the command line always has (the data's shape, a flag's default): passed when the
+    piece declares them.  With ``args``, the ``--KIND-opt`` values come last.  The constructor's own error
+    (a bad value) is a problem too."""
+    from ..core.registry import lookup, options
+    chosen, problem = chosen_options(args, kind, name) if args is not None else ({}, None)
+    if problem:
+        return None, problem
+    declared = options(kind, name)
+    refused = [option for option, value in given.items() if value is not None and option not in declared]
     if refused:
         return None, f"{kind} {name} takes no {', '.join(refused)}"
-    options = {key: value for key, value in {**always, **given}.items() if value is not None and key in accepted}
+    values = {key: value for key, value in {**always, **given}.items() if value is not None and key in declared}
     try:
-        return factory(**options), None
+        return lookup(kind, name)(**values, **chosen), None
     except (TypeError, ValueError) as error:
         return None, str(error)
 

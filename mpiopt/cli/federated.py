@@ -37,6 +37,7 @@ def add_parser(commands):
     group.add_argument("--test-fraction", type=float, default=0.25, help="held out for testing (default %(default)s)")
     group = federated.add_argument_group("model")
     group.add_argument("--model", default="softmax", choices=names("model"), help="(default %(default)s)")
+    add_options_flag(group, "model")
     group.add_argument("--hidden", type=widths, default=(32,), metavar="W1,W2,...", help="mlp: hidden widths")
     group.add_argument("--weight-penalty", type=float, default=0.0, help="the model's L2 penalty alpha")
     group = federated.add_argument_group("rounds")
@@ -142,8 +143,8 @@ def run_federated(args, comm):
     check_writable(args.checkpoint, comm, what="checkpoint")
     clients, test, n_features, n_classes, source, problem = _federated_clients(args, comm)
     model, model_problem = (None, None) if problem else built(
-        "model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
-        {"n_features": n_features, "n_classes": n_classes, "alpha": args.weight_penalty})
+        "model", args.model, {}, {"n_features": n_features, "n_classes": n_classes, "alpha": args.weight_penalty,
+                                  "hidden": args.hidden}, args)
     strategy_options, strategy_problem = routed("strategy", args.strategy, {
         "server_lr": args.server_lr, "server_momentum": args.server_momentum, "mu": args.mu})
     chosen, chosen_problem = chosen_options(args, "strategy", args.strategy)

@@ -1,6 +1,8 @@
 """``mpiopt train``: data-parallel training with DDP buckets, compression and ZeRO.
 """
-from .common import add_checkpoint_options, boolean, built, exit_status, literal, positive_int, widths
+import argparse
+
+from .common import add_checkpoint_options, add_options_flag, built, chosen_options, exit_status, positive_int, widths
 
 
 def add_parser(commands):
@@ -22,7 +24,9 @@ def add_parser(commands):
     train.add_argument("--alpha", type=float, default=1e-4, help="L2 penalty on the weights (default %(default)s)")
     train.add_argument("--data", default="digits", choices=names("dataset"), help="data set (default %(default)s)")
     train.add_argument("--test-fraction", type=float, default=0.25, help="held out for testing (default %(default)s)")
+    add_options_flag(train, "model")
     train.add_argument("--optimizer", default="adam", choices=names("optimizer"), help="(default %(default)s)")
+    add_options_flag(train, "optimizer")
     train.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
     train.add_argument("--momentum", type=float, help="sgd: momentum")
     train.add_argument("--weight-decay", type=float, help="L2 weight decay in the optimizer")
@@ -43,6 +47,7 @@ def add_parser(commands):
                                "compressor says: on for the biased ones, off for the unbiased ones)")
     feedback.add_argument("--no-error-feedback", dest="error_feedback", action="store_const", const=False,
                           help="compressor: drop what compression loses")
+    add_options_flag(group, "compressor")
     flags = _add_compressor_options(train, group)
     group.add_argument("--zero-stage", type=int, default=defaults.zero_stage, choices=(0, 1, 2, 3),
                        help="0: replicated (DDP); 1: shard optimizer state; 2: and gradients; 3: and parameters "
@@ -65,57 +70,64 @@ RANK_OWN_COMPRESSOR_OPTIONS = ("worker",)
 
 
 def _add_compressor_options(parser, group):
-    """A flag for every option the registered compressors declare (their ``options``), typed by the
-    constructors' defaults: ``--ratio``, ``--rank``, ``--bits``, ...; ``--compressor-NAME`` where NAME is already a
-    flag of the command.  Returns {option: flag}."""
-    import inspect
-
-    from ..core.registry import lookup, names
-    owners, defaults = {}, {}
+    """A flag for every option the registered compressors declare (``registry.options``), typed and described by
+    the declaration: ``--ratio``, ``--rank``, ``--bits``, ... (a plugin's compressor's too);
+    ``--compressor-NAME`` where NAME is already a flag of the command.  Returns {option: flag}."""
+    from ..core.registry import names, options
+    owners = {}
     for compressor in names("compressor"):
-        factory = lookup("compressor", compressor)
-        parameters = inspect.signature(factory).parameters
-        for option in factory.options:
-            if option in RANK_OWN_COMPRESSOR_OPTIONS:
-                continue
-            owners.setdefault(option, []).append(compressor)
-            default = parameters[option].default if option in parameters else None
-            defaults.setdefault(option, {})[compressor] = None if default is inspect.Parameter.empty else default
+        for option in options("compressor", compressor).values():
+            if option.name not in RANK_OWN_COMPRESSOR_OPTIONS:
+                owners.setdefault(option.name, []).append((compressor, option))
     flags = {}
-    for option, takers in owners.items():
-        flag = "--" + option.replace("_", "-")
+    for name, takers in owners.items():
+        flag = "--" + name.replace("_", "-")
         if flag in parser._option_string_actions:
-            flag = "--compressor-" + option.replace("_", "-")
-        kinds = {type(value) for value in defaults[option].values() if value is not None}
-        kind = kinds.pop() if len(kinds) == 1 else None
-        convert = {bool: boolean, int: int, float: float, str: str}.get(kind, literal)
-        values = {name: defaults[option][name] for name in takers if defaults[option][name] is not None}
-        shown = (str(next(iter(values.values()))).lower() if len(set(map(repr, values.values()))) == 1 else
-                 ", ".join(f"{name} {value}" for name, value in values.items()))
-        group.add_argument(flag, dest=f"compressor_option_{option}", type=convert, metavar=option.upper(),
-                           help=f"{', '.join(takers)}: {option}" + (f" (default {shown})" if shown else ""))
-        flags[option] = flag
+            flag = "--compressor-" + name.replace("_", "-")
+        defaults = {compressor: option.default for compressor, option in takers
+                    if not option.required and option.default is not None}
+        shown = (str(next(iter(defaults.values()))).lower() if len(set(map(repr, defaults.values()))) == 1 else
+                 ", ".join(f"{compressor} {value}" for compressor, value in defaults.items()))
+        group.add_argument(flag, dest=f"compressor_option_{name}", type=_typed(takers[0][1]), metavar=name.upper(),
+                           help=f"{', '.join(compressor for compressor, _ in takers)}: {takers[0][1].help or name}"
+                                + (f" (default {shown})" if shown else ""))
+        flags[name] = flag
     return flags
+
+
+def _typed(option):
+    """An argparse type that reads a value as ``option`` declares it."""
+    def convert(text):
+        try:
+            return option.parse(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    convert.__name__ = option.constraint()
+    return convert
 
 
 def _compressor_choice(args):
     """(the compressor options given, a problem or None): every option must be one the chosen compressor
     declares, and its constructor (which checks the values) must accept them."""
     from ..compression import get_compressor
-    from ..core.registry import lookup
+    from ..core.registry import options
     given = {option: getattr(args, f"compressor_option_{option}") for option in args.compressor_flags
              if getattr(args, f"compressor_option_{option}") is not None}
     flags = args.compressor_flags
     if args.compressor is None:
         feedback = {None: [], True: ["--error-feedback"], False: ["--no-error-feedback"]}[args.error_feedback]
-        named = [flags[option] for option in given] + feedback
+        named = [flags[option] for option in given] + (["--compressor-opt"] if args.compressor_opt else []) + feedback
         return given, (f"{', '.join(named)} set{'s' if len(named) == 1 else ''} a compressor's option; choose the "
                        "compressor with --compressor" if named else None)
-    accepted = [option for option in lookup("compressor", args.compressor).options if option in flags]
+    accepted = [option for option in options("compressor", args.compressor) if option in flags]
     refused = [flags[option] for option in given if option not in accepted]
     if refused:
         takes = ", ".join(flags[option] for option in accepted) or "no options"
         return given, f"compressor {args.compressor} takes {takes}; got {', '.join(refused)}"
+    chosen, problem = chosen_options(args, "compressor", args.compressor)
+    if problem:
+        return given, problem
+    given.update(chosen)
     try:
         get_compressor(args.compressor, **given)  # its constructor checks the values
     except (TypeError, ValueError) as error:
@@ -133,11 +145,11 @@ def run_train(args, comm):
     compressor_options, problem = _compressor_choice(args)
     check_collectively(comm, problem)  # before the data and the reducer (and when a Slurm job is rendered)
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
-    model, problem = built("model", args.model, {"hidden": args.hidden if args.model == "mlp" else None},
-                            {"n_features": data.n_features, "n_classes": data.n_classes, "alpha": args.alpha})
+    model, problem = built("model", args.model, {}, {"n_features": data.n_features, "n_classes": data.n_classes,
+                                                     "alpha": args.alpha, "hidden": args.hidden}, args)
     optimizer, optimizer_problem = built("optimizer", args.optimizer,
-                                          {"momentum": args.momentum, "weight_decay": args.weight_decay},
-                                          {"lr": args.lr})
+                                         {"momentum": args.momentum, "weight_decay": args.weight_decay},
+                                         {"lr": args.lr}, args)
     check_collectively(comm, problem or optimizer_problem)
     result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
                    batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps, time_limit=args.time_limit,

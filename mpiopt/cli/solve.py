@@ -2,7 +2,7 @@
 """
 import time
 
-from .common import add_checkpoint_options, exit_status, labels, positive_int, shape
+from .common import add_checkpoint_options, add_options_flag, chosen_options, exit_status, labels, positive_int, shape
 
 
 def add_parsers(commands):
@@ -39,18 +39,20 @@ def add_parsers(commands):
     weight = general.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
     weight.add_argument("--lam-ratio", type=float, help="lam as a fraction of lambda_max (l1, elastic_net)")
-    general.add_argument("--l1-ratio", type=float, default=0.5, help="elastic_net: share of the L1 part")
-    general.add_argument("--lower", type=float, default=float("-inf"), help="box: lower bound")
-    general.add_argument("--upper", type=float, default=float("inf"), help="box: upper bound")
+    add_options_flag(general, "penalty")
+    add_options_flag(general, "loss")
+    general.add_argument("--l1-ratio", type=float, help="elastic_net: share of the L1 part (default 0.5)")
+    general.add_argument("--lower", type=float, help="box: lower bound (default -inf)")
+    general.add_argument("--upper", type=float, help="box: upper bound (default inf)")
     groups = general.add_mutually_exclusive_group()
     groups.add_argument("--groups", type=labels, metavar="G1,G2,...",
                         help="group_lasso: a group label per column of A (integers; -1: not penalized)")
     groups.add_argument("--group-size", type=positive_int, metavar="K",
                         help="group_lasso: consecutive groups of K columns (the last one may be smaller)")
-    general.add_argument("--delta", type=float, default=1.0, help="huber: width of the quadratic zone")
+    general.add_argument("--delta", type=float, help="huber: width of the quadratic zone (default 1.0)")
     general.add_argument("--intercept", action="store_true", help="fit an unpenalized intercept (the last entry)")
-    general.add_argument("--x-solver", default="lbfgs", choices=names("x_solver"),
-                         help="logistic and huber: x-step solver (default %(default)s)")
+    general.add_argument("--x-solver", choices=names("x_solver"), help="logistic and huber: x-step solver "
+                                                                         "(default lbfgs)")
     general.add_argument("--output", default="mpiopt_result.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(general)
     group = general.add_argument_group("checkpoints")
@@ -188,7 +190,9 @@ def run_solve(args, comm):
     import numpy as np
 
     from ..admm import solve
+    from ..core.comm import check_collectively
     from ..core.io import check_writable, write_json
+    from ..core.registry import lookup
     check_writable(args.output, comm)
     check_writable(args.checkpoint, comm, what="checkpoint")
     if args.data:
@@ -199,13 +203,19 @@ def run_solve(args, comm):
         A, b, _, source = _load_lasso_problem(args, comm)
         if args.loss == "logistic":
             b = (b > 0).astype(np.float64)
+    penalty_options, problem = chosen_options(args, "penalty", args.penalty)
+    loss_options, loss_problem = chosen_options(args, "loss", args.loss)
+    check_collectively(comm, problem or loss_problem)
     lam, lam_ratio = args.lam, args.lam_ratio
-    if lam is None and lam_ratio is None and args.penalty in ("l1", "elastic_net"):
+    if lam is None and lam_ratio is None and "lam" not in penalty_options and lookup(
+            "penalty", args.penalty).has_lambda_max():  # a weighted penalty with a lambda_max: 0.1 of it
         lam_ratio = 0.1
-    result = solve(A, b, args.loss, args.penalty, lam, comm, lam_ratio=lam_ratio, l1_ratio=args.l1_ratio,
-                   groups=_groups(args, A.shape[1]), lower=args.lower, upper=args.upper, intercept=args.intercept,
-                   delta=args.delta, x_solver=args.x_solver, checkpoint=args.checkpoint,
-                   checkpoint_every=args.checkpoint_every, **_settings(args))
+    shorthands = {"l1_ratio": args.l1_ratio, "groups": _groups(args, A.shape[1]), "lower": args.lower,
+                  "upper": args.upper, "delta": args.delta, "x_solver": args.x_solver}  # each to whichever declares it
+    result = solve(A, b, args.loss, args.penalty, lam, comm, lam_ratio=lam_ratio, intercept=args.intercept,
+                   penalty_options=penalty_options or None, loss_options=loss_options or None,
+                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                   **{key: value for key, value in shorthands.items() if value is not None}, **_settings(args))
     if comm.rank == 0:
         payload = dict(result.to_dict(), source=source)
         write_json(args.output, payload)

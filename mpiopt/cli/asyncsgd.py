@@ -3,7 +3,7 @@
 import argparse
 import math
 
-from .common import exit_status, number, plot_problem, positive_int, widths
+from .common import add_options_flag, chosen_options, exit_status, number, plot_problem, positive_int, widths
 
 
 def _threshold(text):
@@ -45,6 +45,7 @@ def add_parser(commands):
                     "compares every method on the same problem and workers. See docs/async_sgd.md.")
     sgd.add_argument("--method", default=defaults.method, choices=names("asyncsgd-method") + ["all"],
                      help="the method, or all of them one after another (default %(default)s)")
+    add_options_flag(sgd, "asyncsgd-method")
     sgd.add_argument("--runtime", default=defaults.runtime, choices=list(RUNTIMES),
                      help="simulator (virtual time) or mpi (rank 0 serves, ranks 1.. work) (default %(default)s)")
     sgd.add_argument("--workers", type=positive_int, metavar="N",
@@ -52,9 +53,11 @@ def add_parser(commands):
     times = sgd.add_mutually_exclusive_group()
     times.add_argument("--tau", choices=names("tau-model"), help=f"compute-time model (default {defaults.tau})")
     times.add_argument("--taus", type=_times, metavar="T1,T2,...", help="fixed compute times, one per worker")
+    add_options_flag(sgd, "tau-model", "tau")
     group = sgd.add_argument_group("problem")
     group.add_argument("--problem", default="quadratic", choices=names("asyncsgd-problem"),
                        help="(default %(default)s)")
+    add_options_flag(group, "asyncsgd-problem")
     group.add_argument("--dim", type=positive_int, help="quadratic, worst-case: dimension (default 100)")
     group.add_argument("--noise", type=float, metavar="SIGMA2",
                        help="quadratic, worst-case: variance sigma^2 of a stochastic gradient (default 1e-3)")
@@ -95,28 +98,9 @@ def add_parser(commands):
     sgd.set_defaults(run=run_async_sgd, parser=sgd)
 
 
-def _problem_parameters(name):
-    """The keywords problem ``name`` takes (None: any), from its factory or, behind ``**options``, its class."""
-    import inspect
-
-    from ..asyncsgd import Problem
-    from ..core.registry import lookup
-    parameters = inspect.signature(lookup("asyncsgd-problem", name)).parameters
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return set(parameters)
-    classes, pending = [], [Problem]
-    while pending:
-        cls = pending.pop()
-        classes.append(cls)
-        pending.extend(cls.__subclasses__())
-    for cls in classes:
-        if cls.__dict__.get("name") == name:
-            return set(inspect.signature(cls).parameters)
-    return None
-
-
 def _async_sgd_checks(args, comm):
     """(problem options, n_workers, a problem with the options or None), the same on every rank."""
+    from ..core.registry import options
     given = {keyword: getattr(args, option) for option, keyword in ASYNC_SGD_PROBLEM_OPTIONS.items()
              if getattr(args, option) is not None}
     n_workers = args.workers
@@ -133,13 +117,16 @@ def _async_sgd_checks(args, comm):
             return given, n_workers, f"--taus gives {len(args.taus)} compute times for {workers} workers"
         if args.runtime == "simulator":
             n_workers = workers
-    accepted = _problem_parameters(args.problem)
+    accepted = options("asyncsgd-problem", args.problem)
     refused = [option for option, keyword in ASYNC_SGD_PROBLEM_OPTIONS.items()
-               if keyword in given and accepted is not None and keyword not in accepted]
+               if keyword in given and keyword not in accepted]
     if refused:
         return given, n_workers, (f"problem {args.problem} takes no "
                                   f"{', '.join('--' + option.replace('_', '-') for option in refused)}")
-    return given, n_workers, None
+    chosen, problem = chosen_options(args, "asyncsgd-problem", args.problem)
+    if not problem and args.method_opt and args.method == "all":
+        problem = "--method-opt sets the options of one method: give --method NAME"
+    return {**given, **chosen}, n_workers, problem
 
 
 def run_async_sgd(args, comm):
@@ -152,9 +139,12 @@ def run_async_sgd(args, comm):
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     names = _method_order(methods()) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
+    method_flags = {"batch": args.batch, "threshold": args.threshold,  # each given one to the method declaring it
+                    "stop_computations": True if args.stop_computations else None,
+                    "delay_adaptive": False if args.no_delay_adaptive else None,
+                    "restart": False if args.no_restart else None}
     common = dict(runtime=args.runtime, n_workers=n_workers, epsilon=args.epsilon, step_size=args.step_size,
-                  batch=args.batch, threshold=args.threshold, stop_computations=args.stop_computations,
-                  delay_adaptive=not args.no_delay_adaptive, restart=not args.no_restart,
+                  **{key: value for key, value in method_flags.items() if value is not None},
                   max_steps=args.max_steps, max_gradients=args.max_gradients, max_time=args.max_time,
                   stop_at_epsilon=not args.no_stop_at_epsilon, eval_every=args.eval_every, seed=args.seed,
                   time_unit=args.time_unit, idle_timeout=args.idle_timeout, trace=args.trace,
@@ -169,6 +159,15 @@ def run_async_sgd(args, comm):
     except (ValueError, TypeError, KeyError, ImportError) as failure:
         error = f"cannot set up the problem: {failure}"
     check_collectively(comm, error)
+    method_options, problem = ({}, None) if args.method == "all" else chosen_options(args, "asyncsgd-method",
+                                                                                     args.method)
+    tau_options, tau_problem = (({}, "--tau-opt goes with --tau NAME" if args.tau_opt else None)
+                                if args.tau is None else chosen_options(args, "tau-model", args.tau, "tau"))
+    check_collectively(comm, problem or tau_problem)
+    if method_options:
+        common["method_options"] = method_options
+    if tau_options:
+        common["tau_options"] = tau_options
     results = {name: async_sgd(built, comm=comm, method=name, **common) for name in names}
     if comm.rank == 0:
         source = {"problem": args.problem, "problem_options": options, "ranks": comm.size}

@@ -131,10 +131,10 @@ def test_an_installed_plugins_pieces_are_listed_in_help_and_used_by_name_with_th
         shown = mpiopt(1, [site], subcommand, "--help", cwd=tmp_path)
         assert shown.returncode == 0 and listed in shown.stdout, shown.stdout + shown.stderr
     # the penalty: lam * scale ||x||_1 is the lasso with lam * scale, solved by the built-in l1
-    plugin = mpiopt(2, [site], *SOLVE, "--penalty", "plugin_scaled_l1", "--lam", "0.25", "--penalty-opt", "scale=2",
+    plugin = mpiopt(2, [site], *SOLVE, "--penalty", "plugin_scaled_l1", "--lam", "0.005", "--penalty-opt", "scale=2",
                     "--output", "plugin.json", cwd=tmp_path)
     assert plugin.returncode == 0, plugin.stderr
-    builtin = mpiopt(2, [], *SOLVE, "--penalty", "l1", "--lam", "0.5", "--output", "l1.json", cwd=tmp_path)
+    builtin = mpiopt(2, [], *SOLVE, "--penalty", "l1", "--lam", "0.01", "--output", "l1.json", cwd=tmp_path)
     assert builtin.returncode == 0, builtin.stderr
     x, x_l1 = (np.array(json.loads((tmp_path / name).read_text())["x"]) for name in ("plugin.json", "l1.json"))
     assert np.count_nonzero(x_l1) and np.allclose(x, x_l1, rtol=0, atol=1e-9), (x, x_l1)
@@ -146,15 +146,15 @@ def test_an_installed_plugins_pieces_are_listed_in_help_and_used_by_name_with_th
                      "--output", output, cwd=tmp_path)
         assert run.returncode == 0, run.stderr
         runs.append(json.loads((tmp_path / output).read_text()))
-    assert runs[0]["history"] == runs[1]["history"] and runs[0]["info"]["compressor"] == runs[1]["info"]["compressor"]
-    # the method: max_delay 0 applies only fresh gradients; with one worker every gradient is fresh
+    assert runs[0]["history"]["loss"] == runs[1]["history"]["loss"] and runs[0]["info"]["compressor"] == runs[1]["info"]["compressor"]
+    # the method: with max_delay 0 only fresh gradients are applied; of three workers, some arrive stale
     method = mpiopt(1, [site], "async-sgd", "--method", "plugin-bounded-delay", "--method-opt", "max_delay=0",
                     "--taus", "1,2,3", "--step-size", "0.1", "--max-gradients", "300", "--quiet",
                     "--output", "method.json", cwd=tmp_path)
     assert method.returncode == 0, method.stderr
     result = json.loads((tmp_path / "method.json").read_text())
     workers = result["info"]["workers"]
-    assert sum(workers["discarded"]) > 0 and result["info"]["method_parameters"]["max_delay"] == 0, result["info"]
+    assert sum(workers["discarded"]) > 0 and result["info"]["parameters"]["max_delay"] == 0, result["info"]
     bad = mpiopt(2, [site], "train", "--compressor", "plugin-grid", "--quantum", "-1", "--max-steps", "1",
                  "--output", "bad.json", cwd=tmp_path)
     assert bad.returncode == 2 and bad.stderr.count("quantum must be") == 1, bad.stderr
@@ -163,7 +163,7 @@ def test_an_installed_plugins_pieces_are_listed_in_help_and_used_by_name_with_th
 @pytest.mark.timeout(300)
 def test_plugins_named_by_flag_or_variable_load_on_every_rank_and_a_broken_one_is_one_error(site, tmp_path):
     bare = site / "only_a_module"
-    arguments = [*SOLVE, "--penalty", "bare_scaled_l1", "--lam", "0.25", "--penalty-opt", "scale=2"]
+    arguments = [*SOLVE, "--penalty", "bare_scaled_l1", "--lam", "0.005", "--penalty-opt", "scale=2"]
     by_flag = mpiopt(2, [bare], "--plugin", "mpiopt_bare_plugin", *arguments, "--output", "flag.json", cwd=tmp_path)
     assert by_flag.returncode == 0, by_flag.stderr
     by_variable = mpiopt(2, [bare], *arguments, "--output", "variable.json", cwd=tmp_path,

@@ -42,6 +42,8 @@ see :mod:`.device`.
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
+import contextlib
+
 from ..core.partition import offsets as chunk_bounds
 from ..core.registry import RegistryError, RegistryView, lookup
 # Imported in this order, the reducers register their names in this order.
@@ -89,8 +91,24 @@ def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **opti
     return reducer
 
 
+@contextlib.contextmanager
+def reducer_for(setting, comm=None, **options):
+    """The reducer of a ``reducer`` setting, for the length of a ``with`` block: a registered name is built for
+    ``comm`` (``get_reducer(setting, comm, **options)``) and closed at the end of the block; a Reducer object
+    the caller made is used as it is and left open (it is the caller's).  An object that keeps the reducer
+    across calls enters it on a ``contextlib.ExitStack`` and closes the stack in its own ``close``."""
+    if isinstance(setting, Reducer):
+        yield setting
+        return
+    reducer = get_reducer(setting, comm, **options)
+    try:
+        yield reducer
+    finally:
+        reducer.close()
+
+
 __all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES", "HierarchicalReducer",
            "MPIReducer", "OPS", "ParameterServerReducer", "ParameterServerTimeout", "REDUCERS",
            "RecursiveDoublingReducer", "Reducer", "RingReducer", "SEGMENT_BYTES", "SegmentedRingReducer",
            "ShardedParameterServerReducer", "chunk_bounds", "compressor_options_problem", "detect_cuda_aware",
-           "get_reducer", "reducer_options_problem", "resolve_cuda_aware"]
+           "get_reducer", "reducer_for", "reducer_options_problem", "resolve_cuda_aware"]

@@ -14,7 +14,10 @@ __version__ = "0.1.0"
 
 from .core.threads import limit_at_import  # noqa: E402
 
-_SUBPACKAGES = ("admm", "cli", "collectives", "core", "data", "estimators", "models", "optim", "slurm")
+_SUBPACKAGES = (
+    "admm", "asyncsgd", "cli", "collectives", "compression", "core", "data", "estimators", "federated",
+    "kernels", "models", "optim", "slurm", "train",
+)
 
 limit_at_import()
 

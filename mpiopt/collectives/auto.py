@@ -12,7 +12,9 @@ Measured on a 2-core machine at 2 and 4 ranks (docs/collectives.md):
 
 Pass your own threshold after running benchmarks/allreduce.py on your machine.
 
-The other operations go the same way, by the bytes they move:
+The chosen reducer runs through its public building blocks (``reduce_into``,
+``reduce_scatter_into``, ``gather_into``), on the buffers this reducer has
+checked.  The other operations go the same way, by the bytes they move:
 ``reduce_scatter`` and ``allgather``/``allgatherv`` (by the size of the
 gathered vector) call the chosen reducer's, so the costs are those of
 ``mpi``, ``hier`` or ``ring``.
@@ -25,7 +27,7 @@ from mpi4py import MPI
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .base import Reducer
+from .base import UFUNC_OPS, Reducer
 from .hierarchical import HierarchicalReducer
 from .mpi import MPIReducer
 from .recursive_doubling import RecursiveDoublingReducer
@@ -70,14 +72,21 @@ class AutoReducer(Reducer):
     def _direct_capable(self, nbytes):
         return self.choose(nbytes).direct_capable
 
+    def _set_cuda_aware(self, setting):
+        Reducer.cuda_aware.fset(self, setting)
+        for part in (self.small, self.large):  # the chosen one routes the buffers again: alike
+            part.cuda_aware = self._cuda_aware
+
+    cuda_aware = property(Reducer.cuda_aware.fget, _set_cuda_aware, doc=Reducer.cuda_aware.__doc__)
+
     def _allreduce_into(self, source, out, ufunc):
-        self.choose(out.nbytes)._allreduce_into(source, out, ufunc)
+        self.choose(out.nbytes).reduce_into(source, out, UFUNC_OPS[ufunc])
 
     def _reduce_scatter_into(self, source, out, bounds, ufunc):
-        self.choose(source.nbytes)._reduce_scatter_into(source, out, bounds, ufunc)
+        self.choose(source.nbytes).reduce_scatter_into(source, out, UFUNC_OPS[ufunc])
 
     def _allgather_into(self, out, bounds):
-        self.choose(out.nbytes)._allgather_into(out, bounds)
+        self.choose(out.nbytes).gather_into(out, bounds)
 
     def close(self):
         super().close()

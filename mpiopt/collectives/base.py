@@ -50,6 +50,28 @@ exchange the lengths anyway, so they always check, at no extra cost.
 Each reducer class also carries its cost model, :meth:`Reducer.model`: the
 alpha-beta-gamma prediction of one all-reduce (see :mod:`.models`).
 
+**Bytes.**  Every reducer counts what its operations put on the wire, this
+rank's bytes by the ring's formulas (:mod:`.traffic`: exact for ``ring`` and
+``ring-seg``, a model for the others): ``last_bytes_sent`` and
+``last_bytes_received`` for the last ``allreduce``, ``reduce_scatter``,
+``allgather`` or ``allgatherv``, ``bytes_sent`` and ``bytes_received`` their
+sums since construction or :meth:`Reducer.reset_counters`.  The compressed
+reducer counts its payloads' bytes instead (:mod:`.compressed`), so a caller
+reads the bytes of any reducer the same way.  ``allreduce`` also takes
+``name`` and ``shapes`` (the buffer's key and the tensors that tile it), which
+a reducer with per-buffer state uses (the compressed one) and the others
+ignore, so one call suits every reducer.
+
+**Building blocks for composite reducers.**  A reducer made of other reducers
+(``auto``, ``hier``'s leaders, ``compressed``) drives them through four public
+methods that run the algorithm on buffers already checked, with no argument
+check, no collective check and no counting (the composite validates and counts
+once): :meth:`Reducer.reduce_into` (all-reduce ``source`` into ``out``),
+:meth:`Reducer.reduce_scatter_into`, :meth:`Reducer.gather_into` (fill the
+other ranks' blocks) and :meth:`Reducer.gather` (a new array of every rank's
+block at bounds that every rank knows).  Device buffers take the same route
+as in the checked operations.
+
 CuPy arrays are accepted wherever numpy arrays are, and the results are CuPy
 arrays then: the hooks see pinned host copies (staged), or the device buffers
 themselves when MPI is CUDA-aware and the reducer is ``direct_capable`` (its
@@ -64,11 +86,13 @@ from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.options import NO_OPTIONS
 from ..core.partition import offsets
 from . import device
+from .traffic import ring_allgather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
 
 DTYPES = (np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8)
 DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(DTYPES, start=1)}
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "mean": np.add}
 OP_CODES = {name: code for code, name in enumerate(OPS, start=1)}
+UFUNC_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min"}  # a hook's ufunc -> the op's name
 
 
 def as_bytes(array):
@@ -105,6 +129,13 @@ class Reducer:
     ``mpiopt.core.registry.register("reducer", name)`` and implement at least
     ``_allreduce_inplace(buffer, ufunc)`` (or ``_allreduce_into``); the other
     hooks have correct fallbacks (see the module docstring).
+
+    Public interface: the checked operations ``allreduce``, ``reduce_scatter``,
+    ``allgather``, ``allgatherv``; the byte counters ``last_bytes_sent``,
+    ``last_bytes_received``, ``bytes_sent``, ``bytes_received`` and
+    ``reset_counters()``; the unchecked building blocks of composite reducers
+    ``reduce_into``, ``reduce_scatter_into``, ``gather_into`` and ``gather``
+    (see the module docstring); ``model``, ``scratch``, ``cuda_aware``, ``close``.
     """
 
     name = "base"
@@ -119,6 +150,7 @@ class Reducer:
         self._scratch = Scratch()
         self._cuda_aware = None  # resolved at the first call with device buffers (mpiopt.collectives.device)
         self._pinned = None
+        self.reset_counters()
 
     # -- device buffers (mpiopt.collectives.device) -------------------------
     @property
@@ -138,7 +170,7 @@ class Reducer:
     def pinned(self):
         """This reducer's pinned host buffers for staging device arrays (made at first use)."""
         if self._pinned is None:
-            self._pinned = device.PinnedBuffers()
+            self._pinned = Scratch(pinned=True)
         return self._pinned
 
     def _direct_capable(self, nbytes):
@@ -156,6 +188,22 @@ class Reducer:
         is no model.  ``fitted`` has ``alpha``, ``beta``, ``gamma``, ``copy`` (seconds per
         message or per byte) and ``nodes``, as :class:`mpiopt.collectives.models.Fitted`."""
         return None
+
+    # -- bytes on the wire ----------------------------------------------------
+    def reset_counters(self):
+        """Set the byte counters (``last_bytes_*``, ``bytes_*``) to zero."""
+        self.bytes_sent = self.bytes_received = 0
+        self.last_bytes_sent = self.last_bytes_received = 0
+
+    def _record(self, traffic):
+        """This operation's (sent, received) bytes: now the last ones, and added to the sums."""
+        self.last_bytes_sent, self.last_bytes_received = traffic
+        self.bytes_sent += traffic[0]
+        self.bytes_received += traffic[1]
+
+    def _record_gather(self, bounds, itemsize):
+        self._record(ring_allgather_bytes([(bounds[r + 1] - bounds[r]) * itemsize for r in range(self.size)],
+                                          self.rank))
 
     # -- helpers -----------------------------------------------------------
     def scratch(self, key, count, dtype):
@@ -251,18 +299,15 @@ class Reducer:
         return table[:, 1].tolist()
 
     # -- the interface -----------------------------------------------------
-    def allreduce(self, sendbuf, recvbuf=None, op="sum"):
+    def allreduce(self, sendbuf, recvbuf=None, op="sum", name=None, shapes=None):
         """Reduce ``sendbuf`` over all ranks; the result goes to ``recvbuf``
-        (a new array when None; in place when ``recvbuf is sendbuf``)."""
+        (a new array when None; in place when ``recvbuf is sendbuf``).  ``name`` and ``shapes`` (the
+        buffer's key, the tensors that tile it) are for reducers with per-buffer state; this one ignores them."""
         out = self._prepare(sendbuf, recvbuf, op)
-        source = sendbuf.reshape(-1)
-        if self.size > 1 and out.size:
-            with self._on_wire(source, out) as (wire_source, wire_out):
-                self._allreduce_into(wire_source, wire_out, OPS[op])
-        elif out is not source:
-            get_array_module(out).copyto(out, source)
+        self.reduce_into(sendbuf.reshape(-1), out, op)
         if op == "mean":
             out /= out.dtype.type(self.size)
+        self._record(ring_allreduce_bytes(out.size, out.itemsize, self.size, self.rank))
         return out.reshape(sendbuf.shape)
 
     def reduce_scatter(self, sendbuf, op="sum"):
@@ -270,16 +315,11 @@ class Reducer:
         length n): elements ``offsets(n, p)[rank]`` to ``offsets(n, p)[rank + 1]``, a new 1-D array."""
         flat = self._prepare(sendbuf, None, op, "reduce_scatter")
         bounds = offsets(flat.size, self.size)
-        xp = get_array_module(sendbuf)
-        out = xp.empty(bounds[self.rank + 1] - bounds[self.rank], dtype=sendbuf.dtype)
-        source = sendbuf.reshape(-1)
-        if self.size > 1 and flat.size:
-            with self._on_wire(source, out, source.nbytes) as (wire_source, wire_out):
-                self._reduce_scatter_into(wire_source, wire_out, bounds, OPS[op])
-        else:
-            xp.copyto(out, source[bounds[self.rank]:bounds[self.rank + 1]])
+        out = get_array_module(sendbuf).empty(bounds[self.rank + 1] - bounds[self.rank], dtype=sendbuf.dtype)
+        self.reduce_scatter_into(sendbuf.reshape(-1), out, op)
         if op == "mean":
             out /= out.dtype.type(self.size)
+        self._record(ring_reduce_scatter_bytes(flat.size, flat.itemsize, self.size, self.rank))
         return out
 
     def allgather(self, chunk, count=None):
@@ -306,7 +346,9 @@ class Reducer:
                 raise CollectiveError(wrong)
         elif problem:
             raise ValueError(f"rank {self.rank}: {problem}")
-        return self._gather(chunk, offsets(int(count), self.size))
+        bounds = offsets(int(count), self.size)
+        self._record_gather(bounds, chunk.itemsize)
+        return self.gather(chunk, bounds)
 
     def allgatherv(self, sendbuf):
         """(every rank's contribution concatenated in rank order, the list of their lengths).
@@ -315,15 +357,44 @@ class Reducer:
         one dtype; the lengths are exchanged (and checked) first."""
         lengths = self._gather_lengths(sendbuf, self._array_problem(sendbuf, "sendbuf"), "allgatherv")
         bounds = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64).tolist()
-        return self._gather(sendbuf, bounds), lengths
+        self._record_gather(bounds, sendbuf.itemsize)
+        return self.gather(sendbuf, bounds), lengths
 
-    def _gather(self, block, bounds):
-        """Place this rank's ``block`` at ``bounds[rank]`` of a new array and gather the others."""
-        out = get_array_module(block).empty(bounds[-1], dtype=block.dtype)
-        out[bounds[self.rank]:bounds[self.rank + 1]] = block.reshape(-1)
+    # -- the building blocks of composite reducers (unchecked, not counted) --
+    def reduce_into(self, source, out, op="sum"):
+        """Reduce every rank's flat ``source`` into ``out`` (same length and dtype; ``out`` may be
+        ``source``: in place) by this reducer's algorithm.  No argument check, no collective check, no
+        counting: for a caller that has checked (a composite reducer).  ``op``: sum, max or min ("mean" sums;
+        the caller divides)."""
+        if self.size > 1 and out.size:
+            with self._on_wire(source, out) as (wire_source, wire_out):
+                self._allreduce_into(wire_source, wire_out, OPS[op])
+        elif out is not source:
+            get_array_module(out).copyto(out, source)
+
+    def reduce_scatter_into(self, source, out, op="sum"):
+        """Put this rank's chunk (``offsets(source.size, p)``) of the reduction of every rank's flat
+        ``source`` into ``out``; unchecked, not counted, as :meth:`reduce_into`."""
+        bounds = offsets(source.size, self.size)
+        if self.size > 1 and source.size:
+            with self._on_wire(source, out, source.nbytes) as (wire_source, wire_out):
+                self._reduce_scatter_into(wire_source, wire_out, bounds, OPS[op])
+        else:
+            get_array_module(out).copyto(out, source[bounds[self.rank]:bounds[self.rank + 1]])
+
+    def gather_into(self, out, bounds):
+        """Fill every other rank's block of ``out`` (rank r's is ``bounds[r]:bounds[r + 1]``, the same
+        ``bounds`` on every rank; this rank's block is already there); unchecked, not counted."""
         if self.size > 1 and out.size:
             with self._on_wire(None, out) as (_, wire_out):
                 self._allgather_into(wire_out, bounds)
+
+    def gather(self, block, bounds):
+        """A new array of every rank's ``block`` (rank r's at ``bounds[r]:bounds[r + 1]``, the same
+        ``bounds`` on every rank, so no lengths are exchanged); unchecked, not counted."""
+        out = get_array_module(block).empty(bounds[-1], dtype=block.dtype)
+        out[bounds[self.rank]:bounds[self.rank + 1]] = block.reshape(-1)
+        self.gather_into(out, bounds)
         return out
 
     # -- the hooks ---------------------------------------------------------

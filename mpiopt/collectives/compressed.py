@@ -60,7 +60,8 @@ rank chunks, not tensors, and refuses ``shapes`` with such a compressor;
 the other compressors see the buffer whole and ignore ``shapes``.
 
 ``reduce_scatter``, ``allgather`` and ``allgatherv`` go to the inner reducer
-uncompressed (exact, not counted).
+uncompressed (exact), and their bytes are the inner reducer's count (the
+ring's formulas, as every reducer counts them: :mod:`.traffic`).
 
 **CuPy buffers.**  With a CuPy ``sendbuf`` the compressor runs on the GPU
 (its kernels, :mod:`mpiopt.kernels.compress`) and the payloads stay there; only
@@ -81,32 +82,10 @@ from ..core.partition import offsets
 from ..core.registry import lookup
 from . import device
 from .base import Reducer, check_reducer_options, reducer_options_problem
+from .traffic import ring_allgather_bytes, ring_allreduce_bytes
 
 MODES = ("auto", "allreduce", "allgather", "two-pass")
 EXACT_COUNTS = ("ring", "ring-seg")
-
-
-def ring_allreduce_bytes(count, itemsize, p, rank):
-    """(sent, received) bytes of rank ``rank`` in the ring all-reduce of ``count`` elements."""
-    if p == 1 or count == 0:
-        return 0, 0
-    bounds = offsets(count, p)
-
-    def chunk(c):
-        return bounds[c % p + 1] - bounds[c % p]
-    sent = sum(chunk(rank - s - 1) + chunk(rank - s) for s in range(p - 1))
-    received = sum(chunk(rank - s - 2) + chunk(rank - s - 1) for s in range(p - 1))
-    return sent * itemsize, received * itemsize
-
-
-def ring_allgather_bytes(block_bytes, rank):
-    """(sent, received) bytes of rank ``rank`` in the ring all-gather of blocks of ``block_bytes``."""
-    p = len(block_bytes)
-    if p == 1 or sum(block_bytes) == 0:
-        return 0, 0
-    sent = sum(block_bytes[(rank - s) % p] for s in range(p - 1))
-    received = sum(block_bytes[(rank - s - 1) % p] for s in range(p - 1))
-    return sent, received
 
 
 def compressor_options_problem(compressor, options, reducer="auto"):
@@ -178,7 +157,6 @@ class CompressedReducer(Reducer):
                                       "error_feedback": self.error_feedback, "mode": self.mode})
         self.counts_exact = reducer in EXACT_COUNTS
         self._steps = {}
-        self.reset_counters()
 
     def _build_compressor(self, compressor, options):
         if not isinstance(compressor, str):
@@ -213,11 +191,7 @@ class CompressedReducer(Reducer):
 
     cuda_aware = property(Reducer.cuda_aware.fget, _set_cuda_aware, doc=Reducer.cuda_aware.__doc__)
 
-    # -- counters -------------------------------------------------------------
-    def reset_counters(self):
-        self.bytes_sent = self.bytes_received = 0
-        self.last_bytes_sent = self.last_bytes_received = 0
-
+    # -- counters (the base class's, counting the payloads) ---------------------
     def _count(self, traffic):
         self.last_bytes_sent += traffic[0]
         self.last_bytes_received += traffic[1]
@@ -248,13 +222,19 @@ class CompressedReducer(Reducer):
         return out.reshape(sendbuf.shape)
 
     def reduce_scatter(self, sendbuf, op="sum"):
-        return self.inner.reduce_scatter(sendbuf, op)
+        return self._uncompressed(self.inner.reduce_scatter(sendbuf, op))
 
     def allgather(self, chunk, count=None):
-        return self.inner.allgather(chunk, count)
+        return self._uncompressed(self.inner.allgather(chunk, count))
 
     def allgatherv(self, sendbuf):
-        return self.inner.allgatherv(sendbuf)
+        return self._uncompressed(self.inner.allgatherv(sendbuf))
+
+    def _uncompressed(self, result):
+        """``result`` of the inner reducer's operation, whose bytes (counted by the inner reducer) are now
+        this reducer's last ones."""
+        self._record((self.inner.last_bytes_sent, self.inner.last_bytes_received))
+        return result
 
     def _tensors(self, sendbuf, out, key, shapes):
         """[(input, output, name)] to compress one by one: each tensor of ``shapes`` as its matrix for a
@@ -281,17 +261,15 @@ class CompressedReducer(Reducer):
     # -- the paths --------------------------------------------------------------
     def _sum(self, payload_array):
         """The sum over ranks of one linear payload array, by the inner reducer's algorithm, in place."""
-        if self.size > 1 and payload_array.size:
-            with self.inner._on_wire(payload_array, payload_array) as (source, out):
-                self.inner._allreduce_into(source, out, np.add)
+        self.inner.reduce_into(payload_array, payload_array, "sum")
         self._count(ring_allreduce_bytes(payload_array.size, payload_array.itemsize, self.size, self.rank))
         return payload_array
 
-    def _gather(self, packed, block_bytes):
+    def _gather_payloads(self, packed, block_bytes):
         """Every rank's packed payload (rank r's is ``block_bytes[r]`` bytes), concatenated in rank order."""
         bounds = np.concatenate([[0], np.cumsum(block_bytes)]).astype(np.int64).tolist()
         self._count(ring_allgather_bytes(block_bytes, self.rank))
-        return self.inner._gather(packed, bounds), bounds
+        return self.inner.gather(packed, bounds), bounds
 
     def _sum_together(self, payload_arrays):
         """The sums over ranks of several linear payload arrays, by one all-reduce of their concatenation
@@ -339,7 +317,7 @@ class CompressedReducer(Reducer):
         compressed = [self.compressor.compress(x, name, step) for x, _, name in tensors]
         sizes = [ctx.payload_bytes for _, ctx in compressed]
         packed = pack(tuple(part for payload, _ in compressed for part in payload))
-        gathered, bounds = self._gather(packed, [sum(sizes)] * self.size)
+        gathered, bounds = self._gather_payloads(packed, [sum(sizes)] * self.size)
         start = 0
         for (_, out, _), (payload, ctx), size in zip(tensors, compressed, sizes):
             payloads = (payload if rank == self.rank else
@@ -368,7 +346,7 @@ class CompressedReducer(Reducer):
         server_payload, _ = self.compressor.compress(chunk_sum, f"{key}/server{rank}", step)
         server = [self.compressor.context((bounds[j + 1] - bounds[j],), x.dtype, f"{key}/server{j}", step)
                   for j in range(p)]
-        gathered, offsets_bytes = self._gather(pack(server_payload), [ctx.payload_bytes for ctx in server])
+        gathered, offsets_bytes = self._gather_payloads(pack(server_payload), [ctx.payload_bytes for ctx in server])
         for j in range(p):
             self.compressor.decompress(unpack(gathered[offsets_bytes[j]:offsets_bytes[j + 1]], server[j]),
                                        server[j], out[bounds[j]:bounds[j + 1]])

@@ -114,44 +114,25 @@ def synchronize(array):
         cupy.cuda.get_current_stream().synchronize()
 
 
-class PinnedBuffers:
-    """Reusable page-locked host buffers, one per key, grown when a larger one is asked for (numpy views)."""
+def download(pinned, key, array):
+    """A pinned host copy of the device array ``array`` (flat), in buffer ``key`` of ``pinned`` (a
+    :class:`~mpiopt.core.backend.Scratch` of pinned memory)."""
+    host = pinned(key, array.size, array.dtype)
+    if array.size:
+        array.reshape(-1).get(out=host, blocking=True)
+    return host
 
-    def __init__(self):
-        self._buffers = {}
 
-    def __call__(self, key, count, dtype):
-        """A pinned numpy array of ``count`` elements of ``dtype`` (its contents are whatever was left in it)."""
-        dtype = np.dtype(dtype)
-        nbytes = count * dtype.itemsize
-        buffer = self._buffers.get(key)
-        if buffer is None or buffer.size < nbytes:
-            import cupyx
-            buffer = cupyx.empty_pinned(max(nbytes, 64), dtype=np.uint8)
-            self._buffers[key] = buffer
-        return buffer[:nbytes].view(dtype)
-
-    def download(self, key, array):
-        """A pinned host copy of the device array ``array`` (flat), in the buffer ``key``."""
-        host = self(key, array.size, array.dtype)
-        if array.size:
-            array.reshape(-1).get(out=host, blocking=True)
-        return host
-
-    @staticmethod
-    def upload(host, array):
-        """Copy the host array ``host`` into the device array ``array`` (same size and dtype) and wait for it,
-        so that the pinned buffer can be reused at once."""
-        if not array.size:
-            return
-        import cupy
-        flat = array.reshape(-1)
-        with array.device:
-            flat.set(host.reshape(flat.shape))
-            cupy.cuda.get_current_stream().synchronize()
-
-    def clear(self):
-        self._buffers.clear()
+def upload(host, array):
+    """Copy the host array ``host`` into the device array ``array`` (same size and dtype) and wait for it,
+    so that the pinned buffer can be reused at once."""
+    if not array.size:
+        return
+    import cupy
+    flat = array.reshape(-1)
+    with array.device:
+        flat.set(host.reshape(flat.shape))
+        cupy.cuda.get_current_stream().synchronize()
 
 
 @contextlib.contextmanager
@@ -170,7 +151,7 @@ def on_wire(reducer, source, out, direct_capable):
         return
     pinned = reducer.pinned
     in_place = source is not None and address(source) == address(out) and source.size == out.size
-    host_out = pinned.download("out", out) if (in_place or source is None) else pinned("out", out.size, out.dtype)
-    host_source = host_out if in_place else (None if source is None else pinned.download("source", source))
+    host_out = download(pinned, "out", out) if (in_place or source is None) else pinned("out", out.size, out.dtype)
+    host_source = host_out if in_place else (None if source is None else download(pinned, "source", source))
     yield host_source, host_out
-    pinned.upload(host_out, out)
+    upload(host_out, out)

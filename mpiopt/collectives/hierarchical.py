@@ -33,7 +33,7 @@ from ..core.comm import check_collectively
 from ..core.partition import offsets
 from ..core.options import Option, Options
 from ..core.registry import register
-from .base import Reducer
+from .base import UFUNC_OPS, Reducer
 from .ring import RingReducer
 
 BLOCK_BYTES = 256 << 10  # reduce and fan out in cache-sized blocks
@@ -157,7 +157,7 @@ class HierarchicalReducer(Reducer):
         slots.sync()
         if self.nodes > 1:
             if self.leader_ring is not None:
-                self.leader_ring._allreduce_inplace(typed[0], ufunc)
+                self.leader_ring.reduce_into(typed[0], typed[0], UFUNC_OPS[ufunc])
             slots.sync()
             if self.local_rank != 0:
                 np.copyto(typed[self.local_rank], typed[0])

@@ -167,7 +167,6 @@ class Compressor(Declared):
     def __init__(self):
         self._steps = {}
         self._scratch = Scratch()
-        self._device_scratch = {}
 
     # -- the interface -----------------------------------------------------
     def context(self, shape, dtype, name=None, step=0):
@@ -226,12 +225,7 @@ class Compressor(Declared):
 
     def scratch(self, key, count, dtype, xp=np):
         """A reusable buffer of ``count`` elements (one per key and dtype), of module ``xp`` (numpy or CuPy)."""
-        if xp is np:
-            return self._scratch(key, count, dtype)
-        buffer = self._device_scratch.get((key, np.dtype(dtype)))
-        if buffer is None or buffer.size < count:
-            buffer = self._device_scratch[(key, np.dtype(dtype))] = xp.empty(max(count, 1), dtype=dtype)
-        return buffer[:count]
+        return self._scratch(key, count, dtype, xp)
 
     def check_input(self, x):
         xp = get_array_module(x)

@@ -79,10 +79,8 @@ def select_device(comm=None):
     gets None and stays on the CPU.  Call it before the shards are moved to the
     GPU (``cupy.asarray``): the solvers compute on the device holding the data.
     """
-    if comm is None:
-        from mpi4py import MPI
-        comm = MPI.COMM_WORLD
-    rank = local_rank(comm)  # the collective part first, whatever happens below
+    from .comm import resolve_comm
+    rank = local_rank(resolve_comm(comm))  # the collective part first, whatever happens below
     count = device_count()
     if count == 0:
         return None
@@ -126,22 +124,42 @@ def cholesky_solve(xp, lower, rhs):
 
 
 class Scratch:
-    """Reusable work buffers, one per key and dtype, grown when a larger one is asked for (numpy)."""
+    """Reusable work buffers, one per key and dtype, grown when a larger one is asked for.
 
-    def __init__(self):
+    The one buffer cache of mpiopt (the reducers' work buffers, the compressors', the staging of device
+    arrays).  By default it holds numpy buffers, or CuPy ones for a call with ``xp=cupy`` (kept apart from
+    the numpy ones).  ``Scratch(pinned=True)`` holds page-locked host memory (``cupyx.empty_pinned``) for
+    staging device arrays through PCIe: one block of bytes per key (at least 64), handed out as a numpy
+    view of the dtype asked for, so one key serves any dtype.
+    """
+
+    def __init__(self, pinned=False):
+        self.pinned = bool(pinned)
         self._buffers = {}
 
-    def __call__(self, key, count, dtype):
-        """A buffer of ``count`` elements of ``dtype`` (its contents are whatever was left in it)."""
+    def __call__(self, key, count, dtype, xp=np):
+        """A buffer of ``count`` elements of ``dtype`` (its contents are whatever was left in it), of module
+        ``xp`` (numpy or CuPy; a pinned cache always gives numpy views of host memory)."""
         dtype = np.dtype(dtype)
-        buffer = self._buffers.get((key, dtype))
+        if self.pinned:
+            return self._pinned(key, count * dtype.itemsize).view(dtype)
+        slot = (key, dtype) if xp is np else (key, dtype, xp.__name__)
+        buffer = self._buffers.get(slot)
         if buffer is None or buffer.size < count:
-            buffer = np.empty(max(count, 1), dtype=dtype)
-            self._buffers[(key, dtype)] = buffer
+            buffer = xp.empty(max(count, 1), dtype=dtype)
+            self._buffers[slot] = buffer
         return buffer[:count]
 
+    def _pinned(self, key, nbytes):
+        buffer = self._buffers.get(key)
+        if buffer is None or buffer.size < nbytes:
+            import cupyx
+            buffer = cupyx.empty_pinned(max(nbytes, 64), dtype=np.uint8)
+            self._buffers[key] = buffer
+        return buffer[:nbytes]
+
     def items(self):
-        """((key, dtype), buffer) pairs, to see which buffers are held."""
+        """(key, buffer) pairs, to see which buffers are held (the key of a numpy buffer is (key, dtype))."""
         return self._buffers.items()
 
     def clear(self):

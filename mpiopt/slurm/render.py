@@ -108,21 +108,29 @@ def render_script(workload, arguments=(), **options):
     ntasks, cpus_per_task, time, python, launcher, signal_seconds, workdir, partition, and checkpoint for a
     workload that resumes."""
     values = script_options(workload, options)
-    job_name, launcher, signal_seconds = values["job_name"], values["launcher"], values["signal_seconds"]
-    python, partition, workdir = values["python"], values["partition"], values["workdir"]
+    launch = launch_line(workload, values, arguments)
+    return "\n".join(sbatch_lines(values) + body_lines(values, launch)) + "\n"
+
+
+def launch_line(workload, values, arguments):
+    """The line that starts the MPI step: ``srun`` or the Python's own ``mpiexec``, the workload's command
+    and its arguments (with ``--checkpoint "$CHECKPOINT"`` added for a workload that resumes)."""
     arguments = [str(a) for a in arguments]
     if values.get("checkpoint") and not any(
             a == "--checkpoint" or a.startswith("--checkpoint=") for a in arguments):
         arguments += ["--checkpoint", SCRIPT_CHECKPOINT]
     quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
     command = " ".join(shlex.quote(part) for part in lookup("workload", workload).argv)
-    if launcher == "srun":
-        launch = f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'
-    else:
-        launch = f'"$(dirname "$PYTHON")/mpiexec" -n "$SLURM_NTASKS" "$PYTHON" {command} {quoted}'
+    if values["launcher"] == "srun":
+        return f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'
+    return f'"$(dirname "$PYTHON")/mpiexec" -n "$SLURM_NTASKS" "$PYTHON" {command} {quoted}'
+
+
+def sbatch_lines(values):
+    """The script's first line and its ``#SBATCH`` directives."""
     lines = [
         "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --job-name={values['job_name']}",
         f"#SBATCH --ntasks={values['ntasks']}",
         f"#SBATCH --cpus-per-task={values['cpus_per_task']}",
         f"#SBATCH --time={values['time']}",
@@ -130,18 +138,24 @@ def render_script(workload, arguments=(), **options):
         "#SBATCH --open-mode=append",
         "#SBATCH --requeue",
     ]
-    if partition:
-        lines.append(f"#SBATCH --partition={partition}")
-    if workdir:
-        lines.append(f"#SBATCH --chdir={shlex.quote(str(workdir))}")
-    if signal_seconds:
-        lines.append(f"#SBATCH --signal=B:USR1@{int(signal_seconds)}")
-    lines += [
+    if values["partition"]:
+        lines.append(f"#SBATCH --partition={values['partition']}")
+    if values["workdir"]:
+        lines.append(f"#SBATCH --chdir={shlex.quote(str(values['workdir']))}")
+    if values["signal_seconds"]:
+        lines.append(f"#SBATCH --signal=B:USR1@{int(values['signal_seconds'])}")
+    return lines
+
+
+def body_lines(values, launch):
+    """The script's commands: threads, the Python and the checkpoint path, the USR1 trap that checkpoints
+    and requeues near the time limit, the step started by ``launch`` and waited for, its exit status."""
+    return [
         "# Rendered by mpiopt (mpiopt.slurm.render_script); see docs/cluster.md.",
         "set -uo pipefail",
         'threads="${SLURM_CPUS_PER_TASK:-1}"',
         'export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"',
-        f"PYTHON=${{MPIOPT_PYTHON:-{shlex.quote(python)}}}",
+        f"PYTHON=${{MPIOPT_PYTHON:-{shlex.quote(values['python'])}}}",
         'CHECKPOINT="${MPIOPT_CHECKPOINT:-${SLURM_JOB_NAME}-${SLURM_JOB_ID}.ckpt.npz}"',
         'echo "mpiopt job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_NTASKS tasks x '
         '$threads threads: $(date)"',
@@ -162,4 +176,3 @@ def render_script(workload, arguments=(), **options):
         'if [ "$requeued" = 1 ]; then exit 0; fi',
         'exit "$status"',
     ]
-    return "\n".join(lines) + "\n"

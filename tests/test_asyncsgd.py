@@ -313,7 +313,7 @@ def test_an_event_at_exactly_max_time_counts_for_every_worker(taus, max_time, me
     trace, counts = reference_run(list(taus), method, max_time=max_time, **extra)
     assert [tuple(event) for event in result.info["trace"]] == trace
     assert result.info["workers"] == counts
-    assert result.status == "max_time" and result.time == max_time
+    assert result.status == "time_limit" and result.info["stop"] == "max_time" and result.time == max_time
 
 
 def test_the_issues_max_time_cases():
@@ -323,7 +323,8 @@ def test_the_issues_max_time_cases():
     for max_time in (8, 8.000001):
         minibatch = run(method="minibatch", n_workers=4, tau=[1.0, 2.0, 4.0, 4.0], max_time=max_time,
                         max_steps=None, stop_at_epsilon=False, step_size=0.01)
-        assert minibatch.steps == 2 and minibatch.status == "max_time" and minibatch.time == max_time
+        assert minibatch.steps == 2 and minibatch.status == "time_limit" and minibatch.time == max_time
+        assert minibatch.info["stop"] == "max_time"
 
 
 # Times whose exact sums are equal but whose repeated float sums are not (10 x 0.1 and 5 x 0.2 are both
@@ -587,7 +588,7 @@ def test_simulated_workers_finish_at_the_rate_of_their_mean_time():
     T = 3000.0
     result = run(method="asgd", n_workers=3, tau="exponential", max_time=T, max_steps=None, stop_at_epsilon=False,
                  step_size=1e-3, eval_every=10**6, seed=1, problem_options={"dim": 1, "noise": 0.0})
-    assert result.status == "max_time" and result.time == T
+    assert result.status == "time_limit" and result.info["stop"] == "max_time" and result.time == T
     computed = np.array(result.info["workers"]["computed"])
     np.testing.assert_allclose(computed, T / np.sqrt([1, 2, 3]), rtol=0.08)
     assert result.info["tau_means"] == pytest.approx(np.sqrt([1, 2, 3]).tolist())
@@ -612,34 +613,40 @@ def test_reaching_epsilon_stops_the_run_at_the_first_evaluation_below_it():
     result = run(method="rennala", n_workers=4, tau="sqrt", epsilon=epsilon, batch=2, step_size=0.5,
                  problem_options={"dim": 5, "noise": 0.0, "mu": 0.2}, eval_every=3)
     norms, times = result.history["grad_norm2"], result.history["time"]
-    assert result.status == "epsilon" and norms[-1] <= epsilon and all(v > epsilon for v in norms[:-1])
+    assert result.status == "converged" and norms[-1] <= epsilon and all(v > epsilon for v in norms[:-1])
+    assert result.info["stop"] == "epsilon"
     assert result.time_to_epsilon == times[-1] == result.time
     assert result.steps % 3 == 0 and result.history["step"] == list(range(0, result.steps + 1, 3))
     # not stopping: the run goes on, and time_to_epsilon stays the first time below epsilon
     longer = run(method="rennala", n_workers=4, tau="sqrt", epsilon=epsilon, batch=2, step_size=0.5,
                  problem_options={"dim": 5, "noise": 0.0, "mu": 0.2}, eval_every=3, stop_at_epsilon=False,
                  max_steps=result.steps + 30)
-    assert longer.status == "max_steps" and longer.time_to_epsilon == result.time_to_epsilon
+    assert longer.status == "finished" and longer.time_to_epsilon == result.time_to_epsilon
+    assert longer.info["stop"] == "max_steps"
     assert longer.steps == result.steps + 30
 
 
 def test_the_limits_end_the_run_with_their_status():
     common = dict(method="asgd", n_workers=1, tau=[1.0], stop_at_epsilon=False, step_size=0.1)
     at = run(max_time=5.5, max_steps=None, **common)
-    assert at.status == "max_time" and at.time == 5.5 and at.gradients == 5 and at.steps == 5
+    assert at.status == "time_limit" and at.time == 5.5 and at.gradients == 5 and at.steps == 5
+    assert at.info["stop"] == "max_time"
     exact = run(max_time=5.0, max_steps=None, **common)
-    assert exact.status == "max_time" and exact.time == 5.0 and exact.gradients == 5
+    assert exact.status == "time_limit" and exact.time == 5.0 and exact.gradients == 5
+    assert exact.info["stop"] == "max_time"
     gradients = run(method="rennala", batch=3, n_workers=2, tau=[1.0, 1.5], max_gradients=10, max_steps=None,
                     stop_at_epsilon=False, step_size=0.1)
-    assert gradients.status == "max_gradients" and gradients.gradients == 10
+    assert gradients.status == "finished" and gradients.info["stop"] == "max_gradients" and gradients.gradients == 10
     steps = run(method="minibatch", n_workers=3, tau=[1.0, 2.0, 4.0], max_steps=7, stop_at_epsilon=False,
                 step_size=0.1)
-    assert steps.status == "max_steps" and steps.steps == 7 and steps.time == 28.0 and steps.gradients == 21
+    assert steps.status == "finished" and steps.steps == 7 and steps.time == 28.0 and steps.gradients == 21
+    assert steps.info["stop"] == "max_steps"
     nothing = run(max_steps=0, **common)
-    assert nothing.status == "max_steps" and nothing.steps == 0 and nothing.gradients == 0
+    assert nothing.status == "finished" and nothing.steps == 0 and nothing.gradients == 0
+    assert nothing.info["stop"] == "max_steps"
     assert nothing.history["step"] == [0]
     waiting = run(method="minibatch", n_workers=3, tau=[1.0, 2.0, 100.0], max_time=50, stop_at_epsilon=False)
-    assert waiting.status == "max_time" and waiting.steps == 0
+    assert waiting.status == "time_limit" and waiting.info["stop"] == "max_time" and waiting.steps == 0
     assert waiting.info["workers"]["computed"] == [1, 1, 0]
 
 
@@ -890,7 +897,7 @@ def test_result_is_json_serializable_and_plots(tmp_path):
     assert back["x"] == pytest.approx(result.x.tolist())
     assert back["info"]["parameters"]["threshold"] == "inf" and back["info"]["settings"]["threshold"] == "inf"
     assert back["info"]["tau"] == "fixed(1, 2, 3)" and back["info"]["settings"]["tau"] == "[1.0, 2.0, 3.0]"
-    assert back["status"] == "max_steps" and back["steps"] == 20
+    assert back["status"] == "finished" and back["info"]["stop"] == "max_steps" and back["steps"] == 20
     assert len(back["info"]["trace"]) == result.gradients
     result.save_json(tmp_path / "result.json")
     assert json.loads((tmp_path / "result.json").read_text())["gradients"] == result.gradients

@@ -60,7 +60,8 @@ def test_simulator_run_writes_json_and_prints_the_table(tmp_path):
     for field in ("status", "history", "timings", "info", "x", "steps", "gradients", "time", "time_to_epsilon",
                   "predicted", "source"):
         assert field in result, field
-    assert result["status"] == "epsilon" and result["time_to_epsilon"] > 0 and len(result["x"]) == 10
+    assert result["status"] == "converged" and result["time_to_epsilon"] > 0 and len(result["x"]) == 10
+    assert result["info"]["stop"] == "epsilon"
     assert result["info"]["method"] == "ringmaster" and result["info"]["n_workers"] == 4
     assert result["info"]["runtime"] == "simulator" and result["info"]["parameters"]["threshold"] == "inf"
     assert result["source"] == {"problem": "quadratic", "problem_options": {"dim": 10}, "ranks": 1}
@@ -68,7 +69,7 @@ def test_simulator_run_writes_json_and_prints_the_table(tmp_path):
     header, rows = _table_rows(completed.stdout)
     assert all(column in header for column in HEADER) and "rennala" not in header, "no ratios for one method"
     row = rows["ringmaster"]
-    assert row[1:4] == ["epsilon", str(result["steps"]), str(result["gradients"])]
+    assert row[1:4] == ["converged", str(result["steps"]), str(result["gradients"])] and row[-1] == "epsilon"
     assert row[6] == f"{result['time_to_epsilon']:.6g}" and row[7] == f"{result['predicted']['ringmaster']:.4g}"
     assert "mpiopt async-sgd" not in completed.stdout, "--quiet: no iteration log"
     assert completed.stdout.rstrip().endswith("result written to r.json")
@@ -111,7 +112,8 @@ def test_explicit_taus_and_a_data_problem(tmp_path):
     assert completed.returncode == 0, completed.stderr
     result = json.loads((tmp_path / "t.json").read_text())
     assert result["info"]["n_workers"] == 3 and result["info"]["tau_means"] == [1, 2.5, 4]
-    assert result["info"]["problem"]["batch_size"] == 8 and result["status"] == "max_steps"
+    assert result["info"]["problem"]["batch_size"] == 8 and result["status"] == "finished"
+    assert result["info"]["stop"] == "max_steps"
     assert "not reached" in _table_rows(completed.stdout)[1]["asgd"]
 
 
@@ -126,7 +128,7 @@ def test_mpi_runtime_at_three_ranks_prints_the_table_once(tmp_path):
     payload = json.loads((tmp_path / "mpi.json").read_text())
     for name, result in payload["results"].items():
         assert result["info"]["runtime"] == "mpi" and result["info"]["n_workers"] == 2
-        assert result["status"] in ("epsilon", "max_steps", "max_gradients"), name
+        assert result["status"] in ("converged", "finished"), name
         assert result["info"]["time_unit"] == 0.0005
     assert payload["source"]["ranks"] == 3
 

@@ -103,7 +103,7 @@ def test_a_very_slow_worker_does_not_hold_up_the_run(comm, method, extra):
                        tau=taus, time_unit=0.01, max_steps=20, stop_at_epsilon=False, step_size=0.1, **extra)
     elapsed = comm.allreduce(time.perf_counter() - started, op=MPI.MAX)
     assert elapsed < 10
-    assert result.status == "max_steps" and result.steps == 20
+    assert result.status == "finished" and result.info["stop"] == "max_steps" and result.steps == 20
     assert result.info["workers"]["computed"][-1] == 0
     assert result.time < 1000  # units: far less than the slow worker's one gradient
     counts_are_consistent(result)
@@ -126,7 +126,7 @@ def test_minibatch_waits_for_the_slowest_worker_until_max_time(comm):
                        tau=taus, time_unit=0.01, max_time=40, stop_at_epsilon=False, step_size=0.1)
     elapsed = comm.allreduce(time.perf_counter() - started, op=MPI.MAX)
     assert elapsed < 10
-    assert result.status == "max_time" and result.steps == 0
+    assert result.status == "time_limit" and result.info["stop"] == "max_time" and result.steps == 0
     assert 40 <= result.time < 100
     assert result.info["workers"]["computed"] == [1] * (n - 1) + [0]
     assert result.info["workers"]["cancelled"] == [0] * n
@@ -261,7 +261,7 @@ def test_the_mpi_runtime_uses_nothing_that_arrives_after_max_time(comm):
     result = async_sgd("quadratic", comm=comm, problem_options={"dim": 3}, runtime="mpi", method="asgd",
                        tau=[1.0 + w for w in range(n)], time_unit=0.01, max_time=12, max_steps=None,
                        stop_at_epsilon=False, step_size=0.1, trace=True)
-    assert result.status == "max_time" and result.time == 12
+    assert result.status == "time_limit" and result.info["stop"] == "max_time" and result.time == 12
     assert result.gradients == len(result.info["trace"]) > 0
     assert all(event[0] <= 12 for event in result.info["trace"])
     counts_are_consistent(result)
@@ -329,7 +329,7 @@ def test_the_per_worker_counts_add_up(comm, method, extra):
                        trace=True, **extra)
     counts_are_consistent(result)
     workers, trace = result.info["workers"], result.info["trace"]
-    assert result.status == "max_steps" and result.steps == 25
+    assert result.status == "finished" and result.info["stop"] == "max_steps" and result.steps == 25
     assert len(trace) == result.gradients
     assert sum(accepted for *_, accepted in trace) == sum(workers["accepted"])
     for w in range(comm.size - 1):

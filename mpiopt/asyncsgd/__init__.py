@@ -28,7 +28,9 @@ import time as clock
 
 from ..core.comm import check_collectively, quiet_barrier, resolve_comm
 from ..core.registry import names
-from . import asgd, minibatch, rennala, ringmaster  # noqa: F401  (they register the methods)
+# registered in this order, which is the comparison's (slowest theory first): --method all, the docs' tables
+from . import minibatch  # noqa: F401  (they register the methods)
+from . import asgd, rennala, ringmaster  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .problems import PROBLEMS, Problem, get_problem
 from .result import AsyncSGDResult
@@ -46,7 +48,7 @@ def methods():
 
 
 def async_sgd(problem="quadratic", comm=None, problem_options=None, method_options=None, tau_options=None,
-              **settings):
+              log_stream=None, **settings):
     """Run a heterogeneous-worker SGD method; collective over ``comm``; returns an :class:`AsyncSGDResult`.
 
     ``problem``: a registered name (built with ``problem_options``, checked
@@ -57,7 +59,10 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     ``settings``: the fields of :class:`AsyncSGDSettings` (method, runtime,
     n_workers, tau, epsilon, step_size, limits, seed, ...); a keyword that
     the chosen method declares is one of its options (``batch=8``, a user
-    method's ``max_delay=3``).  Every rank gets the same result.
+    method's ``max_delay=3``).  ``log_stream``: where the rank running the
+    method writes its log (None: stdout; ``verbose=False``: no log).  Every
+    rank gets the same result: ``status`` converged, finished or time_limit,
+    the rule that ended the run in ``info["stop"]``.
     """
     comm = resolve_comm(comm)
     started = clock.perf_counter()
@@ -79,16 +84,16 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     check_collectively(comm, problem_error)
     if options.runtime == "mpi":
         from .mpi import run_mpi
-        return run_mpi(problem, tau_model, options, comm, started)
-    return _simulate_on_root(problem, tau_model, options, comm, started)
+        return run_mpi(problem, tau_model, options, comm, started, log_stream)
+    return _simulate_on_root(problem, tau_model, options, comm, started, log_stream)
 
 
-def _simulate_on_root(problem, tau_model, options, comm, started, root=0):
+def _simulate_on_root(problem, tau_model, options, comm, started, log_stream=None, root=0):
     n_workers = options.n_workers or DEFAULT_SIMULATED_WORKERS
     result = error = None
     if comm.rank == root:
         try:
-            method, recorder, predicted = prepare(problem, tau_model, options, n_workers)
+            method, recorder, predicted = prepare(problem, tau_model, options, n_workers, log_stream)
             recorder.banner("simulator", n_workers, tau_model, predicted)
             end, gradients, computed, cancelled = simulate(problem, method, tau_model, options, recorder)
             result = make_result(recorder, "simulator", n_workers, tau_model, options, predicted, end, gradients,

@@ -46,12 +46,13 @@ HEADER = 2        # job number and step, as float64 (exact below 2**53)
 NOTHING = np.empty(0, dtype=np.uint8)
 
 
-def run_mpi(problem, tau_model, settings, comm, started):
-    """Run the method of ``settings`` on ``comm`` (rank 0 serves); every rank returns the same result."""
+def run_mpi(problem, tau_model, settings, comm, started, log_stream=None):
+    """Run the method of ``settings`` on ``comm`` (rank 0 serves, its log to ``log_stream``); every rank
+    returns the same result."""
     comm = comm.Dup()
     try:
         if comm.rank == 0:
-            result, error = _serve(comm, problem, tau_model, settings, started)
+            result, error = _serve(comm, problem, tau_model, settings, started, log_stream)
         else:
             result, error = None, _work(comm, problem, tau_model, settings, comm.rank - 1)
         check_collectively(comm, error)
@@ -82,83 +83,119 @@ class _Sends:
         self.pending = []
 
 
-def _serve(comm, problem, tau_model, settings, started):
-    n, unit = comm.size - 1, settings.time_unit
-    sends, status = _Sends(), MPI.Status()
+def _serve(comm, problem, tau_model, settings, started, log_stream=None):
+    """The server's run: (the result, None), or (None, the error that every rank raises)."""
+    n, sends = comm.size - 1, _Sends()
     try:  # a failure here must still release the workers, which wait for a JOB or a STOP
-        method, recorder, predicted = prepare(problem, tau_model, settings, n)
+        method, recorder, predicted = prepare(problem, tau_model, settings, n, log_stream)
         recorder.banner("mpi", n, tau_model, predicted)
     except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
         error = f"the server failed: {type(failure).__name__}: {failure}"
         return None, _shutdown(comm, n, sends, settings.idle_timeout) or error
-    jobs, started_at = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    busy = np.zeros(n, dtype=bool)
-    computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    gradients, error = 0, None
-    origin = MPI.Wtime()
-
-    def now():
-        return (MPI.Wtime() - origin) / unit
-
-    def assign(plan):
-        for worker in (range(n) if plan is ALL else plan):
-            if busy[worker]:
-                cancelled[worker] += 1
-            jobs[worker] += 1
-            busy[worker], started_at[worker] = True, method.k
-            sends.send(comm, _pack(jobs[worker], method.k, method.x), worker + 1, ASGD_JOB)
-
-    received = np.empty(HEADER + problem.dim)
-    try:
-        assign(method.start())
-        recorder.evaluate(0.0, 0, force=True)
-        while not recorder.stop(now(), gradients):
-            wait = settings.idle_timeout
-            if settings.max_time is not None:
-                wait = min(wait, max((settings.max_time - now()) * unit, 0.0) + 1e-3)
-            message = next_message(comm, status, wait)
-            if message is None:
-                if settings.max_time is not None and now() >= settings.max_time:
-                    continue  # the stopping rule ends the run
-                error = (f"no message from any worker for {settings.idle_timeout:g} s "
-                         f"(workers computing: {', '.join(str(w) for w in np.flatnonzero(busy)) or 'none'})")
-                break
-            source, tag = status.Get_source(), status.Get_tag()
-            if tag == ASGD_ERROR:
-                text = bytearray(status.Get_count(MPI.BYTE))
-                message.Recv([text, MPI.BYTE])
-                error = f"worker {source - 1} (rank {source}) failed: {text.decode('utf-8', 'replace')}"
-                break
-            message.Recv(received)
-            worker, job, k_at = source - 1, int(received[0]), int(received[1])
-            if job != jobs[worker]:
-                continue  # a gradient of a job cancelled since (counted when it was cancelled)
-            time = now()
-            if settings.max_time is not None and time > settings.max_time:
-                recorder.status = "max_time"  # as in the simulator, nothing arriving after max_time is used
-                break
-            busy[worker] = False
-            computed[worker] += 1
-            gradients += 1
-            accepted_before = int(method.accepted[worker])
-            assign(method.arrive(worker, received[HEADER:], k_at))
-            recorder.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
-            recorder.evaluate(time, gradients)
-    except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
-        error = f"the server failed: {type(failure).__name__}: {failure}"
-    end = now() if recorder.status != "max_time" else min(now(), settings.max_time)
+    server = _Server(comm, method, recorder, settings, sends, problem.dim)
+    error = server.run()
+    end = server.end_time()
     stuck = _shutdown(comm, n, sends, settings.idle_timeout)
     error = error or stuck
     if error is not None:
         return None, error
-    recorder.evaluate(end, gradients, force=True)
-    if recorder.status is None:
-        recorder.stop(end, gradients)
+    recorder.evaluate(end, server.gradients, force=True)
+    if recorder.stopped_by is None:
+        recorder.stop(end, server.gradients)
+    unit = settings.time_unit
     extra = {"wall_seconds": end * unit, "time_unit": unit}
-    result = make_result(recorder, "mpi", n, tau_model, settings, predicted, end, gradients, computed, cancelled,
-                         started, extra)
+    result = make_result(recorder, "mpi", n, tau_model, settings, predicted, end, server.gradients,
+                         server.computed, server.cancelled, started, extra)
     recorder.footer(result)
     return result, None
+
+
+class _RunFailed(Exception):
+    """A worker's ERROR, or no message for ``idle_timeout`` seconds: the run ends with this text."""
+
+
+class _Server:
+    """Rank 0 while the method runs: each worker's job, what it computed and what was cancelled, the clock."""
+
+    def __init__(self, comm, method, recorder, settings, sends, dim):
+        n = comm.size - 1
+        self.comm, self.method, self.recorder, self.settings, self.sends = comm, method, recorder, settings, sends
+        self.jobs = np.zeros(n, dtype=np.int64)
+        self.busy = np.zeros(n, dtype=bool)
+        self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.gradients, self.status = 0, MPI.Status()
+        self.received = np.empty(HEADER + dim)  # a GRAD: job, step, gradient
+        self.origin = MPI.Wtime()
+
+    def now(self):
+        """The wall time since the start, in compute-time units."""
+        return (MPI.Wtime() - self.origin) / self.settings.time_unit
+
+    def end_time(self):
+        """The run's end: now, or ``max_time`` when the time ran out."""
+        now = self.now()
+        return min(now, self.settings.max_time) if self.recorder.stopped_by == "max_time" else now
+
+    def assign(self, plan):
+        """Send a JOB at the method's point to each worker of ``plan`` (``ALL``: every one), cancelling its job."""
+        method = self.method
+        for worker in (range(self.jobs.size) if plan is ALL else plan):
+            if self.busy[worker]:
+                self.cancelled[worker] += 1
+            self.jobs[worker] += 1
+            self.busy[worker] = True
+            self.sends.send(self.comm, _pack(self.jobs[worker], method.k, method.x), worker + 1, ASGD_JOB)
+
+    def run(self):
+        """Serve gradients until the stopping rule ends the run; returns None, or the error that ended it."""
+        recorder, max_time = self.recorder, self.settings.max_time
+        try:
+            self.assign(self.method.start())
+            recorder.evaluate(0.0, 0, force=True)
+            while not recorder.stop(self.now(), self.gradients):
+                arrival = self.receive()
+                if arrival is None:
+                    continue
+                worker, k_at = arrival
+                time = self.now()
+                if max_time is not None and time > max_time:
+                    recorder.time_ran_out()  # as in the simulator, nothing arriving after max_time is used
+                    break
+                self.busy[worker] = False
+                self.computed[worker] += 1
+                self.gradients += 1
+                recorder.deliver(worker, self.received[HEADER:], k_at, time, self.gradients, self.assign)
+        except _RunFailed as failure:
+            return str(failure)
+        except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
+            return f"the server failed: {type(failure).__name__}: {failure}"
+        return None
+
+    def receive(self):
+        """(worker, step) of a gradient of a current job, now in ``received``; None when there is nothing to
+        use (a cancelled job's gradient, or the wait reached ``max_time``); _RunFailed on a worker's ERROR or
+        after ``idle_timeout`` seconds without a message."""
+        settings, status = self.settings, self.status
+        wait = settings.idle_timeout
+        if settings.max_time is not None:
+            wait = min(wait, max((settings.max_time - self.now()) * settings.time_unit, 0.0) + 1e-3)
+        message = next_message(self.comm, status, wait)
+        if message is None:
+            if settings.max_time is not None and self.now() >= settings.max_time:
+                return None  # the stopping rule ends the run
+            computing = ", ".join(str(w) for w in np.flatnonzero(self.busy)) or "none"
+            raise _RunFailed(f"no message from any worker for {settings.idle_timeout:g} s "
+                             f"(workers computing: {computing})")
+        source = status.Get_source()
+        if status.Get_tag() == ASGD_ERROR:
+            text = bytearray(status.Get_count(MPI.BYTE))
+            message.Recv([text, MPI.BYTE])
+            raise _RunFailed(f"worker {source - 1} (rank {source}) failed: {text.decode('utf-8', 'replace')}")
+        message.Recv(self.received)
+        worker, job, k_at = source - 1, int(self.received[0]), int(self.received[1])
+        if job != self.jobs[worker]:
+            return None  # a gradient of a job cancelled since (counted when it was cancelled)
+        return worker, k_at
 
 
 def _shutdown(comm, n, sends, idle_timeout):

@@ -14,7 +14,7 @@ import numpy as np
 from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
-from .result import HISTORY_COLUMNS, AsyncSGDResult
+from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
 
 
 def build_method(settings, problem, n_workers, epsilon):
@@ -26,13 +26,13 @@ def build_method(settings, problem, n_workers, epsilon):
 class Recorder:
     """The history, the stopping rule and the log of one run (on the rank that owns the method)."""
 
-    def __init__(self, problem, method, settings, epsilon, log=True):
+    def __init__(self, problem, method, settings, epsilon, log=True, log_stream=None):
         self.problem, self.method, self.settings, self.epsilon = problem, method, settings, epsilon
         self.history = {column: [] for column in HISTORY_COLUMNS}
-        self.time_to_epsilon, self.status, self.last_k = None, None, -1
+        self.time_to_epsilon, self.stopped_by, self.last_k = None, None, -1  # stopped_by: a key of STATUS_OF_STOP
         self.log = IterationLog(log and settings.verbose,
                                 [("time", "12.5g"), ("step", "9d"), ("gradients", "10d"), ("loss", "14.7e"),
-                                 ("|grad|^2", "11.4e")])
+                                 ("|grad|^2", "11.4e")], stream=log_stream)
         self.rows = 0
         self.trace = [] if settings.trace else None
 
@@ -40,6 +40,15 @@ class Recorder:
         """Note one arrival in the trace (when the settings ask for one)."""
         if self.trace is not None:
             self.trace.append([float(time), int(worker), int(k_at), bool(accepted)])
+
+    def deliver(self, worker, grad, k_at, time, gradients, assign):
+        """Hand one arriving gradient to the method, ``assign`` whom it (re)starts, note the arrival and
+        evaluate (``gradients``: the count with this one)."""
+        method = self.method
+        accepted_before = int(method.accepted[worker])
+        assign(method.arrive(worker, grad, k_at))
+        self.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
+        self.evaluate(time, gradients)
 
     def evaluate(self, time, gradients, force=False):
         """Evaluate at the method's point when it has stepped ``eval_every`` times since the last row."""
@@ -59,7 +68,7 @@ class Recorder:
         self.rows += 1
 
     def stop(self, time, gradients):
-        """The reason to stop now (and ``status`` set to it), or None."""
+        """The rule that stops the run now (and ``stopped_by`` set to it), or None."""
         s, reason = self.settings, None
         if s.stop_at_epsilon and self.time_to_epsilon is not None:
             reason = "epsilon"
@@ -69,8 +78,12 @@ class Recorder:
             reason = "max_gradients"
         elif s.max_time is not None and time > s.max_time:  # an event at max_time counts
             reason = "max_time"
-        self.status = reason
+        self.stopped_by = reason
         return reason
+
+    def time_ran_out(self):
+        """The next event comes after ``max_time``: the run ends there, with nothing after it used."""
+        self.stopped_by = "max_time"
 
     def banner(self, runtime, n_workers, tau_model, predicted):
         m = self.method
@@ -85,7 +98,7 @@ class Recorder:
 
     def footer(self, result):
         reached = "not reached" if result.time_to_epsilon is None else f"{result.time_to_epsilon:.6g}"
-        self.log.footer([f"status: {result.status}; time to epsilon {reached} "
+        self.log.footer([f"status: {result.status} ({result.info['stop']}); time to epsilon {reached} "
                          f"(predicted for {result.info['method']}: {result.predicted.get(result.info['method'], math.nan):.4g}, "
                          "constants dropped)",
                          f"steps {result.steps}, gradients {result.gradients} "
@@ -106,11 +119,12 @@ def predicted_for(problem, tau_model, n_workers, epsilon):
                                   problem.Delta)
 
 
-def prepare(problem, tau_model, settings, n_workers):
-    """(method, recorder, predicted times) of a run, on the rank that runs the method."""
+def prepare(problem, tau_model, settings, n_workers, log_stream=None):
+    """(method, recorder, predicted times) of a run, on the rank that runs the method (its log to
+    ``log_stream``, None: stdout)."""
     epsilon = settings.epsilon or problem.default_epsilon()
     method = build_method(settings, problem, n_workers, epsilon)
-    recorder = Recorder(problem, method, settings, epsilon)
+    recorder = Recorder(problem, method, settings, epsilon, log_stream=log_stream)
     return method, recorder, predicted_for(problem, tau_model, n_workers, epsilon)
 
 
@@ -119,14 +133,15 @@ def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, en
     method, problem = recorder.method, recorder.problem
     workers = {"computed": np.asarray(computed).tolist(), "accepted": method.accepted.tolist(),
                "discarded": method.discarded.tolist(), "cancelled": np.asarray(cancelled).tolist()}
-    info = {"method": method.name, "parameters": {k: ("inf" if v == math.inf else v)
+    stop = recorder.stopped_by or "max_steps"
+    info = {"stop": stop, "method": method.name, "parameters": {k: ("inf" if v == math.inf else v)
                                                   for k, v in method.parameters().items()},
             "runtime": runtime, "n_workers": n_workers, "tau": tau_model.describe(),
             "tau_means": worker_means(tau_model, n_workers).tolist(), "epsilon": recorder.epsilon,
             "problem": problem.info(), "settings": settings.as_dict(), "workers": workers, **(extra_info or {})}
     if recorder.trace is not None:
         info["trace"] = recorder.trace
-    return AsyncSGDResult(status=recorder.status or "max_steps", history=recorder.history,
+    return AsyncSGDResult(status=STATUS_OF_STOP[stop], history=recorder.history,
                           timings={"total": clock.perf_counter() - wall_started}, info=info, x=method.x,
                           steps=method.k, gradients=int(gradients), time=float(end_time),
                           time_to_epsilon=None if recorder.time_to_epsilon is None else float(recorder.time_to_epsilon),

@@ -260,16 +260,13 @@ def simulate(problem, method, tau_model, settings, recorder):
             raise RuntimeError(f"{method.name}: no worker is computing and the method assigned none")
         if settings.max_time is not None and event[0] > settings.max_time:
             now = (float(settings.max_time), 0.0)
-            recorder.status = "max_time"
+            recorder.time_ran_out()
             break
         now, worker = queue.pop()
         point, k_at = own.pop(worker, None) or common
         grad = problem.stochastic_grad(point, noise[worker])
         computed[worker] += 1
         gradients += 1
-        accepted_before = int(method.accepted[worker])
-        assign(method.arrive(worker, grad, k_at))
-        recorder.arrival(now[0], worker, k_at, method.accepted[worker] > accepted_before)
-        recorder.evaluate(now[0], gradients)
+        recorder.deliver(worker, grad, k_at, now[0], gradients, assign)
     recorder.evaluate(now[0], gradients, force=True)
     return now[0], gradients, computed, cancelled

@@ -137,7 +137,7 @@ def run_async_sgd(args, comm):
     check_writable(args.plot, comm, what="plot")
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
-    names = _method_order(methods()) if args.method == "all" else [args.method]
+    names = methods() if args.method == "all" else [args.method]  # all: in registration order
     tau = args.taus if args.taus is not None else args.tau
     method_flags = {"batch": args.batch, "threshold": args.threshold,  # each given one to the method declaring it
                     "stop_computations": True if args.stop_computations else None,
@@ -185,19 +185,13 @@ def run_async_sgd(args, comm):
     return max(exit_status(result) for result in results.values())
 
 
-def _method_order(registered):
-    """The registered methods, slowest theory first (Minibatch, Asynchronous, Rennala, Ringmaster), then others."""
-    known = [name for name in ("minibatch", "asgd", "rennala", "ringmaster") if name in registered]
-    return known + [name for name in registered if name not in known]
-
-
 def _async_sgd_comparison(results):
     """Per method: the measured and predicted times to epsilon and, beside Rennala's, their ratios."""
     rennala = results.get("rennala")
     comparison = {}
     for name, result in results.items():
         measured, predicted = result.time_to_epsilon, result.predicted.get(name)
-        row = {"status": result.status, "measured": measured, "predicted": predicted}
+        row = {"status": result.status, "stop": result.info["stop"], "measured": measured, "predicted": predicted}
         if rennala is not None:
             base, base_predicted = rennala.time_to_epsilon, rennala.predicted.get("rennala")
             row["measured/rennala"] = measured / base if measured is not None and base else None
@@ -208,7 +202,8 @@ def _async_sgd_comparison(results):
 
 
 def _async_sgd_table(results, compare=False):
-    """The lines of the summary: what was run, then one row per method."""
+    """The lines of the summary: what was run, then one row per method (its status, and last the rule that
+    ended its run)."""
     first = next(iter(results.values()))
     info, problem = first.info, first.info["problem"]
     predicted = first.predicted
@@ -219,6 +214,7 @@ def _async_sgd_table(results, compare=False):
     header = ["method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted"]
     if compare:
         header += ["measured/rennala", "predicted/rennala"]
+    header.append("stop")
     comparison = _async_sgd_comparison(results)
     rows = []
     for name, result in results.items():
@@ -229,11 +225,11 @@ def _async_sgd_table(results, compare=False):
         if compare:
             row += [number(comparison[name].get("measured/rennala"), ".3f"),
                     number(comparison[name].get("predicted/rennala"), ".3f")]
-        rows.append(row)
+        rows.append(row + [result.info["stop"]])
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
 
     def line(cells):
-        return "  ".join(cell.ljust(width) if i < 2 else cell.rjust(width)
+        return "  ".join(cell.ljust(width) if i < 2 or i == len(header) - 1 else cell.rjust(width)
                          for i, (cell, width) in enumerate(zip(cells, widths))).rstrip()
     rule = "-" * len(line(header))
     return lines + [rule, line(header), rule] + [line(row) for row in rows] + [rule]
@@ -241,32 +237,12 @@ def _async_sgd_table(results, compare=False):
 
 def _async_sgd_plot(results, path):
     """||grad f||^2 and f - f_low against time, one curve per method (one method: the result's own plot)."""
-    if len(results) == 1:
-        next(iter(results.values())).plot(path)
-        return
-    import io
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..core.io import write_atomic
-    figure, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    from ..asyncsgd.result import curve_panels
+    from ..core.result import plot_panels
     first = next(iter(results.values()))
-    for name, result in results.items():
-        h, f_low = result.history, result.info["problem"]["f_low"]
-        axes[0].semilogy(h["time"], h["grad_norm2"], label=name)
-        axes[1].semilogy(h["time"], [max(v - f_low, 1e-300) for v in h["loss"]], label=name)
-    axes[0].axhline(first.info["epsilon"], color="gray", linestyle="--", label="epsilon")
-    axes[0].set_title("||grad f(x)||^2")
-    axes[1].set_title("f(x) - f_low")
-    for axis in axes:
-        axis.set_xlabel("time (compute-time units)")
-        axis.legend()
-    figure.suptitle(f"{first.info['problem']['name']}, {first.info['n_workers']} workers, "
-                    f"compute times {first.info['tau']} ({first.info['runtime']})")
-    figure.tight_layout()
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png")
-    plt.close(figure)
-    write_atomic(path, buffer.getvalue(), mode="wb")
+    if len(results) == 1:
+        first.plot(path)
+        return
+    info = first.info
+    plot_panels(path, curve_panels(results), title=f"{info['problem']['name']}, {info['n_workers']} workers, "
+                                                    f"compute times {info['tau']} ({info['runtime']})")

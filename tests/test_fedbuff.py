@@ -85,7 +85,7 @@ def test_server_takes_exactly_server_steps_steps_of_buffer_size_updates(comm, tm
     needs_two_ranks(comm)
     result = run_fedbuff(softmax(), iid_clients(12), comm, buffer_size=3, server_steps=5, concurrency=2,
                          lr=0.05, test_data=TEST)
-    assert isinstance(result, FederatedResult) and result.status == "finished"
+    assert isinstance(result, FederatedResult) and result.status == "finished" and result.info["stop"] == "rounds"
     assert result.rounds == 5 and result.history["round"] == [1, 2, 3, 4, 5]
     assert result.history["participants"] == [3] * 5
     assert result.info["updates_applied"] == 15 and result.info["discarded"] >= 0

@@ -516,7 +516,7 @@ def test_sigterm_ends_the_run_at_the_round_boundary_with_a_checkpoint(comm, tmp_
     parts = clients()
     options = dict(fraction=1.0, rounds=4, lr=0.05)
     stopped = run_federated(softmax(), parts, "fedavg", comm, hooks=[TermAt()], checkpoint=path, **options)
-    assert stopped.status == "interrupted" and stopped.rounds == 2
+    assert stopped.status == "interrupted" and stopped.info["stop"] == "signal" and stopped.rounds == 2
     resumed = run_federated(softmax(), parts, "fedavg", comm, checkpoint=path, **options)
     straight = run_federated(softmax(), parts, "fedavg", comm, **options)
     assert resumed.status == "finished" and np.array_equal(resumed.params, straight.params)

@@ -127,7 +127,7 @@ def built(kind, name, given, always, args=None):
 def plot_problem(path, comm):
     """Why a plot to ``path`` (None: no plot) cannot be drawn, on rank 0 (which draws it), or None: checked with
     the other options, before any work, so that a missing matplotlib does not fail the run at its end."""
-    from ..federated.result import require_plotting
+    from ..core.result import require_plotting
     if not path or comm.rank != 0:
         return None
     try:

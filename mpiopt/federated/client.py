@@ -18,6 +18,7 @@ a_kj = (1 - rho^(tau_k - j + 1)) / (1 - rho), so ||a_k||_1 = sum_{t=1..tau_k}
 by step as FedNova's reference code does; tau_k without momentum.  A non-finite loss or update raises FloatingPointError (a
 diverged client is a failed client).  Cost: E passes over the client's rows.
 """
+import hashlib
 import math
 
 import numpy as np
@@ -101,3 +102,13 @@ def data_problem(model, test_data, params):
     except (ValueError, TypeError) as error:
         return f"params: {error}"
     return finite_problem("params", params)
+
+
+def clients_digest(local):
+    """The SHA-256 of this rank's clients (their ids, shapes, dtypes and bytes): a checkpoint's fingerprint."""
+    digest = hashlib.sha256()
+    for client, (X, y) in local.items():
+        digest.update(f"{client}{X.shape}{y.dtype}".encode())
+        digest.update(np.ascontiguousarray(X).tobytes())
+        digest.update(np.ascontiguousarray(y).tobytes())
+    return digest.hexdigest()

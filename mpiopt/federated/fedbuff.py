@@ -8,15 +8,15 @@ ever waits for another, so a slow client delays only its own update.
 Placement: client k lives on worker ``1 + k % (p - 1)`` (only that rank reads
 ``clients[k]``).  A worker repeats, until the server's budget is spent:
 
-1. pull the model w and its version v (v counts the updates the server has
-   received; the worker stops once ``v >= server_steps * buffer_size``);
+1. pull the model w and the count v of updates the server has received
+   (the worker stops once ``v >= server_steps * buffer_size``);
 2. draw ``concurrency`` of its clients without replacement from
    ``random_stream(seed, "fedbuff", worker, i)`` (i: the worker's i-th pull)
    and train each from w in turn with :func:`.client.train_client` (round i,
    FedAvg's local objective), then sleep the client's ``client_delays``
    seconds (an emulated slow device);
 3. push each update delta_k = w_k - w, with n_k, its loss and k, tagged
-   with version v.
+   with v.
 
 The server buffers what arrives.  An update based on the model of server
 step t_k that arrives after step t has staleness tau_k = t - t_k and weight
@@ -44,8 +44,21 @@ model vary from run to run at p > 2 ranks.  At p = 2 (one worker) the run is
 deterministic: a worker's messages reach the server in the order sent.
 FedBuff needs p >= 2 ranks; at one rank it raises a CollectiveError.
 
-Cost: each update moves n_params + 3 floats to the server and each pull
-n_params + 3 back; the server does O(n_params) work per update.
+Checkpoints (``checkpoint``, ``checkpoint_every``): the run is a sequence of
+sessions of the parameter server.  A session ends once every worker has
+pulled after a checkpoint was asked for (every ``checkpoint_every`` server
+steps, SIGUSR1 or SIGTERM on any rank), so the updates in flight are all
+applied and no worker is half way through its clients; every rank then
+writes its part (the server: the model, the partly filled buffer, its
+counters and history; a worker: its pull count) and, unless stopped, the
+next session starts where this one ended.  A worker learns a checkpoint is
+due from the model it pulls; a signal on a worker reaches the server as a
+marker message (not an update).  At p = 2 a resumed run is the
+uninterrupted one bit for bit, sessions or not; at p > 2 it is one of the
+runs the timing could have given.  The rank count must not change.
+
+Cost: each update moves n_params + 4 floats to the server and each pull
+n_params + 4 back; the server does O(n_params) work per update.
 """
 import dataclasses
 import math
@@ -53,16 +66,26 @@ import time
 
 import numpy as np
 
-from ..collectives.async_server import AsyncParameterServer
+from ..collectives.async_server import AsyncParameterServer, ParameterServerTimeout
+from ..core.checkpoint import Checkpointer
 from ..core.comm import check_collectively, resolve_comm
+from ..core.log import IterationLog
 from ..core.random import random_stream
 from ..core.settings import Settings, is_integer, is_number
-from .client import data_problem, local_clients, train_client
+from ..core.signals import SignalFlags
+from .client import clients_digest, data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
 from .settings import local_training_checks
 from .strategy import Strategy
 
-TAIL = 3  # n_k, loss, client behind each pushed update
+FORMAT = "mpiopt-fedbuff-checkpoint-1"
+# Behind each pushed update: n_k, loss, client (-1: a worker's signal, not an update), the updates the server had
+# received when the worker pulled.  Behind the served model: FLAG (GO, SPENT: the budget is spent, PAUSE: a
+# checkpoint is due), the updates received so far, two zeros.
+TAIL = 4
+GO, SPENT, PAUSE = 0.0, 1.0, 2.0
+LOG_COLUMNS = (("step", "6d"), ("updates", "7d"), ("max tau", "7d"), ("loss", "14.6e"), ("test acc", "8.4f"),
+               ("time(s)", "9.3f"))
 
 
 def staleness_weight(staleness, kind="polynomial", exponent=0.5):
@@ -97,6 +120,10 @@ class FedBuffSettings(Settings):
     client_delays: tuple = None    # seconds client k sleeps after training (emulated slow devices); None: 0
     eval_every: int = 1            # server steps between test evaluations (and the last one)
     idle_timeout: float = None     # the server gives up after this many silent seconds (None: never)
+    checkpoint: str = None         # npz path, written between sessions; resumed from when it exists
+    checkpoint_every: int = 0      # server steps between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
+    verbose: bool = False          # the server's step log on rank 0
+    log_every: int = 1             # with verbose, a log row every this many server steps
 
     def checks(self):
         number, integer = is_number, is_integer
@@ -120,16 +147,24 @@ class FedBuffSettings(Settings):
              f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
             (self.idle_timeout is None or (number(self.idle_timeout) and self.idle_timeout > 0),
              f"idle_timeout must be None or a number > 0, got {self.idle_timeout!r}"),
+            (self.checkpoint is None or isinstance(self.checkpoint, str),
+             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
+            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
+             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
+            (isinstance(self.verbose, bool), f"verbose must be True or False, got {self.verbose!r}"),
+            (integer(self.log_every) and self.log_every >= 1,
+             f"log_every must be an integer >= 1, got {self.log_every!r}"),
         ]
 
 
-def run_fedbuff(model, clients, comm=None, *, test_data=None, params=None, **settings):
+def run_fedbuff(model, clients, comm=None, *, test_data=None, params=None, log_stream=None, **settings):
     """FedBuff training of ``model`` over the K = len(clients) clients; collective over ``comm`` (p >= 2 ranks).
 
     ``clients[k] = (X_k, y_k)`` (read only on worker 1 + k % (p - 1));
     ``test_data`` an optional ``(X, y)`` the server evaluates every
     ``eval_every`` steps; ``params`` the starting point (default
-    ``model.init_params(seed)``).  Settings: :class:`FedBuffSettings`.
+    ``model.init_params(seed)``); ``log_stream`` where the step log goes
+    (``verbose``; default stdout).  Settings: :class:`FedBuffSettings`.
     Returns a :class:`FederatedResult`, the same on every rank, with one
     history row per server step (``round`` is the step; plus ``staleness``,
     ``clients`` and ``workers`` of its buffer).  See the module docstring.
@@ -149,35 +184,136 @@ def run_fedbuff(model, clients, comm=None, *, test_data=None, params=None, **set
     options = FedBuffSettings.collective(comm, problem, agree={"clients": len(clients), "model": repr(model)},
                                          **settings)
     params = model.init_params(options.seed) if params is None else np.array(params, dtype=np.float64)
-    problem, history, info = None, None, None
-    with AsyncParameterServer(model.n_params + TAIL, comm=comm) as server:
-        if server.is_server:
-            buffer = UpdateBuffer(model, options, params, test_data)
-            stats = server.serve(np.concatenate([params, np.zeros(TAIL)]), buffer.apply, options.idle_timeout)
-            params, history, info = buffer.params, buffer.history, dict(buffer.info(), server=stats)
-        else:
-            try:
-                _work(server, model, local, options)
-            except Exception as error:  # reported on every rank below, after the server has stopped
-                problem = f"worker {comm.rank}: {type(error).__name__}: {error}"
-            server.close()
-    server.free()
-    check_collectively(comm, problem)
-    params, history, info = comm.bcast((params, history, info), root=0)
-    loss, accuracy = _evaluate_clients(model, params, local, comm)
-    elapsed = time.perf_counter() - start
-    info.update(ranks=comm.size, model=repr(model), n_params=model.n_params, clients=len(clients),
-                placement="client k on worker 1 + k % (ranks - 1)", settings=options.as_dict())
-    return FederatedResult(status="finished", history=history, timings={"total": elapsed}, info=info,
-                           params=params, rounds=len(history["round"]), loss=loss, accuracy=accuracy,
-                           test_accuracy=_evaluate(model, params, test_data)[1])
+    run = FedBuffRun(model, len(clients), local, options, comm, params, test_data,
+                     IterationLog(options.verbose and comm.rank == 0, LOG_COLUMNS, stream=log_stream))
+    try:
+        return run.run(start)
+    finally:
+        run.comm.Free()
+
+
+class FedBuffRun:
+    """The sessions of the parameter server, the checkpoints between them, and the result."""
+
+    def __init__(self, model, n_clients, local, settings, comm, params, test_data, log):
+        self.model, self.n_clients, self.local, self.settings = model, n_clients, local, settings
+        self.comm, self.test, self.log = comm.Dup(), test_data, log
+        self.buffer = UpdateBuffer(model, settings, params, test_data, log) if comm.rank == 0 else None
+        self.pulls, self.steps, self.checkpointer, self.stats = 0, 0, None, []
+
+    def run(self, setup_start):
+        s = self.settings
+        if s.checkpoint:
+            self.checkpointer = Checkpointer(s.checkpoint, self.comm, self.fingerprint(), FORMAT, "FedBuff")
+            self.checkpointer.restore(self.restore, _validate)
+        resumed_at, status = self.steps, "finished"
+        setup = time.perf_counter() - setup_start
+        if self.buffer is not None:
+            self.buffer.start = time.perf_counter()
+        self.log.banner("mpiopt FedBuff", self.banner_lines(setup, resumed_at))
+        rounds_start = time.perf_counter()
+        with SignalFlags(self.checkpointer is not None) as signals:
+            while True:
+                spent, due, stop = self.session(signals)
+                if self.checkpointer is not None and (due or stop or (spent and self.steps > resumed_at)):
+                    self.checkpointer.write(*self.state())
+                if spent or stop:
+                    status = "finished" if spent else "interrupted"
+                    break
+        rounds_time = time.perf_counter() - rounds_start
+        result = self.result(status, resumed_at, {"setup": setup, "rounds": rounds_time, "total": setup + rounds_time})
+        self.log.footer([f"status:    {result.status} after {result.rounds} server steps",
+                         f"clients:   loss {result.loss:.8e}", f"time:      {rounds_time:.3f} s"])
+        return result
+
+    def session(self, signals):
+        """One session of the parameter server, until every worker has pulled after the budget was spent or a
+        checkpoint was asked for: (budget spent, checkpoint asked for, stop asked for), the same on every rank."""
+        problem = None
+        with AsyncParameterServer(self.model.n_params + TAIL, comm=self.comm) as server:
+            if server.is_server:
+                self.buffer.signals = signals
+                try:
+                    self.stats.append(server.serve(self.buffer.served(), self.buffer.apply,
+                                                   self.settings.idle_timeout))
+                except ParameterServerTimeout as error:
+                    problem = str(error)
+            else:
+                try:
+                    self.pulls = _work(server, self.model, self.local, self.settings, self.pulls, signals)
+                except Exception as error:  # reported on every rank below, after the server has stopped
+                    problem = f"worker {self.comm.rank}: {type(error).__name__}: {error}"
+                server.close()
+        server.free()
+        check_collectively(self.comm, problem)
+        usr1, term = signals.take()
+        asked = self.buffer.take_requests(usr1, term) if self.buffer is not None else None
+        shared = self.comm.allgather((usr1, term, asked))
+        spent, due, stop, self.steps = shared[0][2]
+        return spent, due or any(part[0] for part in shared), stop or any(part[1] for part in shared)
+
+    def result(self, status, resumed_at, timings):
+        model, buffer = self.model, self.buffer
+        params, history, info = ((buffer.params, buffer.history, buffer.info()) if buffer is not None
+                                 else (None, None, None))
+        params, history, info = self.comm.bcast((params, history, info), root=0)
+        loss, accuracy = _evaluate_clients(model, params, self.local, self.comm)
+        server = self.stats[-1] if len(self.stats) == 1 else {"sessions": self.stats}
+        info.update(ranks=self.comm.size, model=repr(model), n_params=model.n_params, clients=self.n_clients,
+                    placement="client k on worker 1 + k % (ranks - 1)", settings=self.settings.as_dict(),
+                    server=self.comm.bcast(server, root=0), resumed_at=resumed_at,
+                    stop="rounds" if status == "finished" else "signal")
+        return FederatedResult(status=status, history=history, timings=timings, info=info, params=params,
+                               rounds=len(history["round"]), loss=loss, accuracy=accuracy,
+                               test_accuracy=_evaluate(model, params, self.test)[1])
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def fingerprint(self):
+        s = self.settings
+        return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
+                "data": clients_digest(self.local),
+                **{name: getattr(s, name) for name in ("buffer_size", "server_lr", "staleness", "staleness_exponent",
+                                                       "concurrency", "local_epochs", "batch_size", "lr",
+                                                       "momentum", "seed")}}
+
+    def state(self):
+        """(shared arrays, this rank's arrays, meta) of :meth:`Checkpointer.write`: the server's buffer, the
+        workers' pull counts."""
+        shared, meta = self.buffer.state() if self.buffer is not None else ({}, {})
+        return shared, {"pulls": np.array(self.pulls)}, meta
+
+    def restore(self, shared, mine, meta):
+        self.pulls, self.steps = int(mine["pulls"]), int(meta["steps"])
+        if self.buffer is not None:
+            self.buffer.load(shared, meta)
+
+    def banner_lines(self, setup, resumed_at):
+        s = self.settings
+        return [f"model:     {self.model!r}",
+                f"clients:   {self.n_clients} on {self.comm.size - 1} workers (client k on worker 1 + k % "
+                f"{self.comm.size - 1}); rank 0 serves",
+                f"server:    {s.server_steps} steps of K={s.buffer_size} updates, eta_g={s.server_lr}, staleness "
+                f"{s.staleness} (a={s.staleness_exponent}); concurrency {s.concurrency}",
+                f"clients:   E={s.local_epochs}, B={s.batch_size}, lr={s.lr}, momentum={s.momentum}",
+                f"setup:     {setup:.3f} s" + (f"; resumed at server step {resumed_at}" if resumed_at else "")]
+
+
+def _validate(shared, parts, meta):
+    """Rank 0's check that the file holds what a FedBuff checkpoint holds."""
+    missing = [key for key in UpdateBuffer.META if key not in meta]
+    missing += [key for key in ("params", "direction") if key not in shared]
+    missing += [f"rank{rank}_pulls" for rank, part in enumerate(parts) if "pulls" not in part]
+    if missing:
+        raise ValueError(f"entries {', '.join(missing)} are missing")
 
 
 class UpdateBuffer:
     """The server's ``apply``: buffers updates, steps every K of them, and records each step."""
 
-    def __init__(self, model, settings, params, test_data):
-        self.model, self.settings, self.test = model, settings, test_data
+    META = ("steps", "received", "accepted", "buffered", "first_arrival", "history", "elapsed")
+
+    def __init__(self, model, settings, params, test_data, log):
+        self.model, self.settings, self.test, self.log = model, settings, test_data, log
         self.params = np.array(params, dtype=np.float64)
         self.n = model.n_params
         self.budget = settings.server_steps * settings.buffer_size
@@ -185,30 +321,66 @@ class UpdateBuffer:
         self.buffered = []                         # (staleness, client, worker, n_k, loss) of each update
         self.received = self.accepted = self.steps = 0
         self.first_arrival = {}                    # worker -> server steps done when its first update arrived
-        self.start = time.perf_counter()
+        self.start, self.elapsed_before = time.perf_counter(), 0.0
+        self.checkpoint_every = settings.checkpoint_every if settings.checkpoint else 0
+        self.asked = {"due": False, "usr1": False, "term": False}
         self.history = {column: [] for column in SCALAR_COLUMNS + ("failures", "note", "version", "staleness",
                                                                    "clients", "workers")}
 
+    def served(self):
+        """The model a session serves: the parameters, then GO or SPENT and the updates received."""
+        return np.concatenate([self.params, [SPENT if self.accepted >= self.budget else GO, self.received, 0, 0]])
+
     def apply(self, model, message, worker, lag):
-        """Called by ``serve`` for each push; ``lag`` counts the updates received since the worker's pull."""
-        based_on, self.received = self.received - lag, self.received + 1
+        """Called by ``serve`` for each push (``lag``: the parameter server's count, unused: a push carries
+        the updates received when its worker pulled)."""
+        rows, loss, client, based_on = message[self.n:]
+        usr1, term = self.signals_here()
+        if client < 0 or usr1 or term:  # a worker's or the server's signal: end the session
+            self.asked.update(usr1=self.asked["usr1"] or bool(usr1) or (client < 0 and rows > 0),
+                              term=self.asked["term"] or bool(term) or (client < 0 and loss > 0))
+            if model[self.n] == GO:
+                model[self.n] = PAUSE
+            if client < 0:
+                return
+        self.received += 1
+        model[self.n + 1] = self.received
         self.first_arrival.setdefault(worker, self.steps)
         if self.accepted >= self.budget:
             return
         s = self.settings
-        staleness = self.steps - min(based_on, self.budget) // s.buffer_size
+        staleness = self.steps - min(int(based_on), self.budget) // s.buffer_size
         weight = staleness_weight(staleness, s.staleness, s.staleness_exponent)
         self.direction += weight * message[:self.n]
-        rows, loss, client = message[self.n:]
         self.buffered.append((staleness, int(client), worker, float(rows), float(loss)))
         self.accepted += 1
         if len(self.buffered) == s.buffer_size:
-            self.params += (s.server_lr / s.buffer_size) * self.direction
-            model[:self.n] = self.params
-            self.steps += 1
-            self.record()
-            self.direction[:] = 0.0
-            self.buffered = []
+            self.step(model)
+
+    def step(self, model):
+        s = self.settings
+        self.params += (s.server_lr / s.buffer_size) * self.direction
+        model[:self.n] = self.params
+        self.steps += 1
+        self.record()
+        self.direction[:] = 0.0
+        self.buffered = []
+        if self.accepted >= self.budget:
+            model[self.n] = SPENT
+        elif self.checkpoint_every and self.steps % self.checkpoint_every == 0:
+            self.asked["due"] = True
+            model[self.n] = PAUSE
+
+    signals = None  # the run's SignalFlags, set by the session that serves
+
+    def signals_here(self):
+        return self.signals.take() if self.signals is not None else (0.0, 0.0)
+
+    def take_requests(self, usr1, term):
+        """(budget spent, checkpoint asked for, stop asked for, steps) after a session; clears the requests."""
+        asked, self.asked = self.asked, {"due": False, "usr1": False, "term": False}
+        return (self.accepted >= self.budget, asked["due"] or asked["usr1"] or bool(usr1),
+                asked["term"] or bool(term), self.steps)
 
     def record(self):
         s, buffered = self.settings, self.buffered
@@ -220,11 +392,17 @@ class UpdateBuffer:
                   "stragglers": 0, "failed": 0, "loss": sum(entry[3] * entry[4] for entry in buffered) / rows,
                   "test_loss": test_loss, "test_accuracy": test_accuracy,
                   "bytes_sent": float(len(buffered) * (self.n + TAIL) * 8), "bytes_received": None,
-                  "epsilon": None, "time": time.perf_counter() - self.start, "failures": [], "note": None,
+                  "epsilon": None, "time": self.elapsed(), "failures": [], "note": None,
                   "version": self.steps, "staleness": [entry[0] for entry in buffered],
                   "clients": [entry[1] for entry in buffered], "workers": [entry[2] for entry in buffered]}
         for column, value in values.items():
             self.history[column].append(value)
+        if self.steps == 1 or self.steps % s.log_every == 0 or last:
+            self.log.row(self.steps, len(buffered), max(values["staleness"]), values["loss"],
+                         float("nan") if test_accuracy is None else test_accuracy, values["time"])
+
+    def elapsed(self):
+        return self.elapsed_before + time.perf_counter() - self.start
 
     def info(self):
         known = [tau for taus in self.history["staleness"] for tau in taus]
@@ -232,18 +410,37 @@ class UpdateBuffer:
                 "discarded": self.received - self.accepted, "first_arrival": self.first_arrival,
                 "max_staleness": max(known, default=0), "mean_staleness": float(np.mean(known)) if known else 0.0}
 
+    def state(self):
+        """(shared arrays, meta) of a checkpoint: the model, the partial sum of the buffer, the counters."""
+        meta = {"steps": self.steps, "received": self.received, "accepted": self.accepted,
+                "buffered": self.buffered, "first_arrival": sorted(self.first_arrival.items()),
+                "history": self.history, "elapsed": self.elapsed()}
+        return {"params": self.params, "direction": self.direction}, meta
 
-def _work(server, model, local, settings):
-    """A worker's loop (module docstring, steps 1-3) until the server's budget is spent."""
-    budget = settings.server_steps * settings.buffer_size
+    def load(self, shared, meta):
+        self.params = self.model.check_params(np.array(shared["params"], dtype=np.float64))
+        self.direction = np.array(shared["direction"], dtype=np.float64)
+        self.steps, self.received, self.accepted = (int(meta[key]) for key in ("steps", "received", "accepted"))
+        self.buffered = [tuple(entry) for entry in meta["buffered"]]
+        self.first_arrival = {int(worker): int(steps) for worker, steps in meta["first_arrival"]}
+        self.history = {column: list(values) for column, values in meta["history"].items()}
+        self.elapsed_before = float(meta["elapsed"])
+
+
+def _work(server, model, local, settings, pull, signals):
+    """A worker's loop (module docstring, steps 1-3) from its ``pull``-th pull until the server's budget is
+    spent or a checkpoint is due; returns the pulls made in all."""
     mine = np.array(sorted(local))
     strategy = Strategy()
-    pull = 0
+    n = model.n_params
     while mine.size:
+        usr1, term = signals.take()
+        if usr1 or term:  # the server ends the session: a marker, not an update
+            server.push(np.concatenate([np.zeros(n), [usr1, term, -1.0, 0.0]]))
         message, version = server.pull()
-        if version >= budget:
-            return
-        global_params = message[:model.n_params]
+        if message[n] != GO:
+            return pull
+        global_params, based_on = message[:n], message[n + 1]
         count = min(settings.concurrency, mine.size)
         chosen = np.sort(random_stream(settings.seed, "fedbuff", server.rank, pull).choice(mine, count,
                                                                                            replace=False))
@@ -254,8 +451,10 @@ def _work(server, model, local, settings):
                                   momentum=settings.momentum, seed=settings.seed)
             if settings.client_delays is not None:
                 time.sleep(settings.client_delays[int(client)])
-            server.push(np.concatenate([update.delta, [update.weight, update.loss, update.client]]), version)
+            server.push(np.concatenate([update.delta, [update.weight, update.loss, update.client, based_on]]),
+                        version)
         pull += 1
+    return pull
 
 
 def _evaluate(model, params, data):

@@ -4,22 +4,7 @@ import dataclasses
 import io
 
 from ..core.io import write_atomic
-from ..core.result import Result
-
-def require_plotting():
-    """matplotlib's pyplot on the Agg backend, or an ImportError that says how to install it.
-
-    Call it before the first round where a plot is asked for (``mpiopt federated --plot``), so that a
-    missing matplotlib stops the run at once, not after every round has run.
-    """
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError(f"plotting needs matplotlib: pip install 'mpiopt[plots]' ({error})") from None
-    return plt
-
+from ..core.result import Result, require_plotting  # noqa: F401 (imported from here by tests and benchmarks)
 
 SCALAR_COLUMNS = ("round", "sampled", "participants", "dropped", "stragglers", "failed", "loss", "test_loss",
                   "test_accuracy", "bytes_sent", "bytes_received", "epsilon", "time")
@@ -27,14 +12,22 @@ SCALAR_COLUMNS = ("round", "sampled", "participants", "dropped", "stragglers", "
 
 @dataclasses.dataclass
 class FederatedResult(Result):
-    # status: "finished" (every round) or "interrupted" (SIGTERM; checkpoint written)
+    # status: "finished" (info["stop"] "rounds": every round, or every server step of FedBuff) or
+    # "interrupted" (stop "signal": SIGTERM, the checkpoint written)
     # history: per-round columns (see SCALAR_COLUMNS, plus "failures": [{"client", "error"}] and "note")
-    # timings: seconds setup, rounds, total;  info: ranks, model, strategy, clients, settings, placement
+    # timings: seconds setup, rounds, total;  info: ranks, model, strategy, clients, settings, placement, stop
     params: object          # the global model after the last round, the same on every rank
     rounds: int             # rounds run in all (with earlier runs, when resumed)
     loss: float             # the final model's loss over every client's rows (weighted by n_k)
     accuracy: float         # its accuracy over every client's rows (None for a regression)
     test_accuracy: float    # its accuracy on the test data (None without test data or for a regression)
+
+    SOLUTION = "params"
+
+    @property
+    def iterations(self):
+        """The rounds run in all (``rounds``; FedBuff's server steps)."""
+        return self.rounds
 
     def __str__(self):
         accuracy = "" if self.test_accuracy is None else f", test_accuracy={self.test_accuracy:.4f}"
@@ -51,23 +44,16 @@ class FederatedResult(Result):
                             + [failures, self.history["note"][index] or ""])
         write_atomic(path, buffer.getvalue())
 
-    def plot(self, path):
-        """Training loss, test accuracy and participants per round in one figure (needs matplotlib:
-        :func:`require_plotting`)."""
-        plt = require_plotting()
-        h = self.history
-        figure, axes = plt.subplots(1, 3, figsize=(12, 3.5))
-        for axis, column, title in zip(axes, ("loss", "test_accuracy", "participants"),
-                                       ("training loss (reporting clients)", "test accuracy", "participants")):
+    def plot_panels(self):
+        """Training loss (of the reporting clients), test accuracy and participants against the round; a
+        round without a value (no report, no evaluation) is left out of its curve."""
+        h, panels = self.history, []
+        for column, title in (("loss", "training loss (reporting clients)"), ("test_accuracy", "test accuracy"),
+                              ("participants", "participants")):
             points = [(r, v) for r, v in zip(h["round"], h[column]) if v is not None]
-            axis.plot([r for r, _ in points], [v for _, v in points], marker=".")
-            axis.set_xlabel("round")
-            axis.set_title(title)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format=str(path).rsplit(".", 1)[-1] if "." in str(path) else "png")
-        plt.close(figure)
-        write_atomic(path, buffer.getvalue(), mode="wb")
+            panels.append({"title": title, "xlabel": "round",
+                           "curves": [([r for r, _ in points], [v for _, v in points], None)]})
+        return panels
 
 
 def _cell(value):

@@ -42,21 +42,21 @@ small, and the bytes are in the history (``bytes_sent``: the rows the
 clients uploaded; ``bytes_received``: the model sent to the clients that
 trained).  Checkpoints are written at round boundaries.
 """
+import contextlib
 import dataclasses
-import hashlib
 import time
 from collections.abc import Mapping
 
 import numpy as np
 
-from ..collectives import Reducer, get_reducer
+from ..collectives import reducer_for
 from ..core.checkpoint import Checkpointer
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.log import IterationLog
 from ..core.random import random_stream
 from ..core.registry import RegistryError, lookup, options_problem
 from ..core.signals import SignalFlags
-from .client import data_problem, local_clients, train_client
+from .client import clients_digest, data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
 from .settings import FederatedSettings
 from .strategies import get_strategy
@@ -184,8 +184,8 @@ class Federation:
         self.model, self.n_clients, self.local, self.strategy = model, n_clients, local, strategy
         self.settings, self.log, self.hooks = settings, log, list(hooks)
         self.comm = comm.Dup()
-        self.owns_reducer = not isinstance(settings.reducer, Reducer)
-        self.reducer = get_reducer(settings.reducer, comm) if self.owns_reducer else settings.reducer
+        self.resources = contextlib.ExitStack()  # the reducer when this run built it from its name
+        self.reducer = self.resources.enter_context(reducer_for(settings.reducer, comm))
         self.params = np.array(model.init_params(settings.seed) if params is None else params, dtype=np.float64)
         self.test = None if test_data is None else (model.check_inputs(test_data[0]),
                                                     model.check_targets(test_data[1], len(test_data[1])))
@@ -327,14 +327,9 @@ class Federation:
 
     # -- checkpoints -----------------------------------------------------------------------
     def fingerprint(self):
-        digest = hashlib.sha256()
-        for client, (X, y) in self.local.items():
-            digest.update(f"{client}{X.shape}{y.dtype}".encode())
-            digest.update(np.ascontiguousarray(X).tobytes())
-            digest.update(np.ascontiguousarray(y).tobytes())
         s = self.settings
         return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
-                "data": digest.hexdigest(), "strategy": repr(self.strategy),
+                "data": clients_digest(self.local), "strategy": repr(self.strategy),
                 **{name: getattr(s, name) for name in ("fraction", "client_sampling", "local_epochs", "batch_size",
                                                        "lr", "momentum", "seed", "dropout", "stragglers",
                                                        "tolerate_failures")}}
@@ -385,10 +380,12 @@ class Federation:
             self.checkpointer.write(*self.state(self.elapsed()))
         loss, accuracy = self.evaluate_clients()
         rounds_time = time.perf_counter() - self.start
+        stop = "rounds" if status == "finished" else "signal"
         result = FederatedResult(
             status=status, history=self.history, timings={"setup": setup, "rounds": rounds_time,
                                                           "total": setup + rounds_time},
-            info=dict(info, rounds_run=self.next_round - resumed_at), params=self.params, rounds=self.next_round,
+            info=dict(info, rounds_run=self.next_round - resumed_at, stop=stop),
+            params=self.params, rounds=self.next_round,
             loss=loss, accuracy=accuracy, test_accuracy=self.evaluate_test()[1])
         self.log.footer(footer_lines(result))
         return result
@@ -413,8 +410,7 @@ class Federation:
         return f"{self.strategy.sample_size(n_clients, s.fraction)} of {n_clients} without replacement"
 
     def close(self):
-        if self.owns_reducer:
-            self.reducer.close()
+        self.resources.close()
         self.comm.Free()
 
 

@@ -97,13 +97,13 @@ class Recorder:
         self.log.banner("mpiopt async-sgd", lines)
 
     def footer(self, result):
+        info, workers = result.info, result.info["workers"]
         reached = "not reached" if result.time_to_epsilon is None else f"{result.time_to_epsilon:.6g}"
-        self.log.footer([f"status: {result.status} ({result.info['stop']}); time to epsilon {reached} "
-                         f"(predicted for {result.info['method']}: {result.predicted.get(result.info['method'], math.nan):.4g}, "
-                         "constants dropped)",
+        predicted = result.predicted.get(info["method"], math.nan)
+        self.log.footer([f"status: {result.status} ({info['stop']}); time to epsilon {reached} "
+                         f"(predicted for {info['method']}: {predicted:.4g}, constants dropped)",
                          f"steps {result.steps}, gradients {result.gradients} "
-                         f"(discarded {sum(result.info['workers']['discarded'])}, "
-                         f"cancelled {sum(result.info['workers']['cancelled'])})"])
+                         f"(discarded {sum(workers['discarded'])}, cancelled {sum(workers['cancelled'])})"])
 
 
 def _fmt(value):

@@ -98,86 +98,102 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
     computed from the working set's columns, which saves a pass).
     """
     l1, l2, intercept = gap_terms(loss, penalty)
-    xp, design, n = loss.xp, loss.design, loss.n
-    active = loss.active
     logistic = isinstance(loss, LogisticLossShard)
-    from_gram = not logistic and not theta_wanted and getattr(loss, "method", None) == "cholesky-tall" \
-        and loss.gram_formed and margin is None
-    # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
-    from_atb = not logistic and not from_gram and active and not bool(z[:design.features].any())
     # the sums below depend on z alone, not on the weights: a path's next weight starts at the point where the
     # last one was certified, so they are kept for that point (O(n) to recognise it) and reused
     cached = getattr(loss, "_dual_sums", None)
-    theta = p = None
+    theta = None
     if not theta_wanted and cached is not None and cached[0] == intercept and cached[1].shape == z.shape \
             and bool((cached[1] == z).all()):
         host, p = cached[2].copy(), cached[3]
     else:
-        if active and margin is None and not from_gram:
-            margin = design.matvec(z)
-        # 1. the (generalized) residual and the loss value at z
-        if active:
-            if logistic:
-                y = loss.targets
-                signed = y * margin
-                p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
-                value = float(xp.logaddexp(0.0, -signed).sum())
-            elif from_gram:
-                correlation_local = loss.Atb - loss.gram @ z  # A_aug^T r; its last entry is sum(r) with an intercept
-                value = loss.value(z)
-                rb = 2.0 * loss.half_bb - float(loss.Atb @ z)
-                rsum = float(correlation_local[-1]) if intercept else 0.0
-            else:
-                residual = loss.b - margin
-                value = 0.5 * float(residual @ residual)
-                rsum = float(residual.sum())
-        # 2. with an intercept, make sum(theta) = 0 (one allreduce of a few scalars)
-        theta = None
-        if logistic:
-            if intercept:
-                local = [float(p[y > 0].sum()), float(p[y < 0].sum())] if active else [0.0, 0.0]
-                positive, negative = _allreduce(comm, local)
-                if positive > negative:
-                    factors = (negative / positive, 1.0)
-                else:
-                    factors = (1.0, positive / negative if negative > 0 else 1.0)
-                if active and factors != (1.0, 1.0):
-                    p = p * xp.where(y > 0, factors[0], factors[1])
-            if active:
-                theta = y * p
-        else:
-            center = 0.0
-            if intercept:
-                total, rows = _allreduce(comm, [rsum if active else 0.0, loss.rows])
-                center = float(total) / rows
-            if active and not from_gram:
-                theta = residual - center if intercept else residual
-        # 3. A^T theta and the scalar sums: one allreduce of n + 3 numbers
-        buffer = xp.zeros(n + 3)
-        if active:
-            buffer[n] = value
-            if from_gram:  # theta = r - center: A^T 1 is G's intercept column, sum(b) the last entry of A^T b
-                buffer[:n] = correlation_local - center * loss.gram[:, -1] if intercept else correlation_local
-                sb = float(loss.Atb[-1]) if intercept else 0.0
-                buffer[n + 1] = rb - center * sb
-                buffer[n + 2] = 2.0 * value - 2.0 * center * rsum + center * center * loss.rows
-            else:
-                if from_atb:  # theta = b - (c + center) 1 with c the intercept's value
-                    shift = (float(z[-1]) if design.intercept else 0.0) + (center if intercept else 0.0)
-                    buffer[:n] = loss.Atb - shift * design.ones_correlation() if shift else loss.Atb
-                else:
-                    buffer[:n] = design.rmatvec(theta)
-                if logistic:
-                    buffer[n + 1] = _entropy(p, xp)
-                else:
-                    buffer[n + 1] = float(theta @ loss.b)
-                    buffer[n + 2] = float(theta @ theta)
-        host = _allreduce(comm, backend.to_host(buffer))
+        sums = _logistic_sums if logistic else _squared_sums
+        host, p, theta = sums(loss, z, comm, intercept, theta_wanted, margin)
         if not theta_wanted:
-            loss._dual_sums = (intercept, z.copy(), host.copy(), p if logistic and active else None)
+            loss._dual_sums = (intercept, z.copy(), host.copy(), p if logistic and loss.active else None)
+    return _gap_of_sums(loss, penalty, z, comm, host, p, theta, l1, l2, intercept)
+
+
+def _logistic_sums(loss, z, comm, intercept, theta_wanted, margin):
+    """(the all-reduced [A^T theta, loss value, sum_j H(p_j)], p, theta) of the logistic loss at z: theta_j =
+    y_j p_j with p_j = sigmoid(-y_j m_j), balanced over the two label classes with an intercept."""
+    xp, design, n, active = loss.xp, loss.design, loss.n, loss.active
+    p = theta = None
+    if active:
+        if margin is None:
+            margin = design.matvec(z)
+        y = loss.targets
+        signed = y * margin
+        p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
+        value = float(xp.logaddexp(0.0, -signed).sum())
+    if intercept:  # make sum(theta) = 0: the larger class's sum of p scaled down to the other's
+        local = [float(p[y > 0].sum()), float(p[y < 0].sum())] if active else [0.0, 0.0]
+        positive, negative = _allreduce(comm, local)
+        if positive > negative:
+            factors = (negative / positive, 1.0)
+        else:
+            factors = (1.0, positive / negative if negative > 0 else 1.0)
+        if active and factors != (1.0, 1.0):
+            p = p * xp.where(y > 0, factors[0], factors[1])
+    buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
+    if active:
+        theta = y * p
+        buffer[n] = value
+        buffer[:n] = design.rmatvec(theta)
+        buffer[n + 1] = _entropy(p, xp)
+    return _allreduce(comm, backend.to_host(buffer)), p, theta
+
+
+def _squared_sums(loss, z, comm, intercept, theta_wanted, margin):
+    """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) of the squared loss at z:
+    theta the residual b - A z, centered with an intercept; from the Gram matrix when it is formed and theta
+    is not wanted (theta None then), from A^T b at a point with every coefficient 0."""
+    xp, design, n, active = loss.xp, loss.design, loss.n, loss.active
+    from_gram = not theta_wanted and getattr(loss, "method", None) == "cholesky-tall" and loss.gram_formed \
+        and margin is None
+    # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
+    from_atb = not from_gram and active and not bool(z[:design.features].any())
+    theta = None
+    if active:
+        if from_gram:
+            correlation_local = loss.Atb - loss.gram @ z  # A_aug^T r; its last entry is sum(r) with an intercept
+            value = loss.value(z)
+            rb = 2.0 * loss.half_bb - float(loss.Atb @ z)
+            rsum = float(correlation_local[-1]) if intercept else 0.0
+        else:
+            residual = loss.b - (design.matvec(z) if margin is None else margin)
+            value = 0.5 * float(residual @ residual)
+            rsum = float(residual.sum())
+    center = 0.0
+    if intercept:  # make sum(theta) = 0 (one allreduce of a few scalars)
+        total, rows = _allreduce(comm, [rsum if active else 0.0, loss.rows])
+        center = float(total) / rows
+    buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
+    if active:
+        buffer[n] = value
+        if from_gram:  # theta = r - center: A^T 1 is G's intercept column, sum(b) the last entry of A^T b
+            buffer[:n] = correlation_local - center * loss.gram[:, -1] if intercept else correlation_local
+            sb = float(loss.Atb[-1]) if intercept else 0.0
+            buffer[n + 1] = rb - center * sb
+            buffer[n + 2] = 2.0 * value - 2.0 * center * rsum + center * center * loss.rows
+        else:
+            theta = residual - center if intercept else residual
+            if from_atb:  # theta = b - (c + center) 1 with c the intercept's value
+                shift = (float(z[-1]) if design.intercept else 0.0) + (center if intercept else 0.0)
+                buffer[:n] = loss.Atb - shift * design.ones_correlation() if shift else loss.Atb
+            else:
+                buffer[:n] = design.rmatvec(theta)
+            buffer[n + 1] = float(theta @ loss.b)
+            buffer[n + 2] = float(theta @ theta)
+    return _allreduce(comm, backend.to_host(buffer)), None, theta
+
+
+def _gap_of_sums(loss, penalty, z, comm, host, p, theta, l1, l2, intercept):
+    """(Gap, theta) from the all-reduced sums ``host``: theta scaled into the dual's domain (L1: by
+    min(1, l1 / ||A^T theta||_inf); elastic net: as it is, with the conjugate's excess)."""
+    xp, n, logistic = loss.xp, loss.n, isinstance(loss, LogisticLossShard)
     correlation = xp.asarray(host[:n - 1] if intercept else host[:n])
-    host = host[n:]
-    loss_value, first, second = (float(v) for v in host)
+    loss_value, first, second = (float(v) for v in host[n:])
     primal = loss_value + penalty.value(z)
     if l2 > 0:  # elastic net: theta as it is
         scale = 1.0
@@ -189,7 +205,7 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
         conjugate = 0.0
     if logistic:
         if scale != 1.0:  # the entropy of the rescaled p (one allreduce of a scalar)
-            first = float(_allreduce(comm, [_entropy(scale * p, xp) if active else 0.0])[0])
+            first = float(_allreduce(comm, [_entropy(scale * p, xp) if loss.active else 0.0])[0])
         dual = first - conjugate
     else:
         dual = scale * first - 0.5 * scale * scale * second - conjugate

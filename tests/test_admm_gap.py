@@ -279,7 +279,7 @@ def test_checkpoint_resume_with_gap_tol_is_bitwise_identical(comm, tmp_path_fact
     whole = solve(A_local, b_local, "logistic", "l1", **settings)
     path = f"{folder}/state.npz"
     first = solve(A_local, b_local, "logistic", "l1", checkpoint=path, **dict(settings, max_iter=10))
-    assert first.status == "max_iter"
+    assert first.status == "max_iterations" and first.info["stop"] == "max_iter"
     resumed = solve(A_local, b_local, "logistic", "l1", checkpoint=path, **settings)
     assert resumed.info["resumed_at"] == 10 and resumed.iterations == whole.iterations
     assert np.array_equal(resumed.x, whole.x) and resumed.gap == whole.gap

@@ -177,7 +177,7 @@ def test_screening_is_off_with_a_checkpoint_and_resumes_bitwise(comm, tmp_path_f
     path = f"{folder}/state.npz"
     first = solve(A[start:stop], b[start:stop], "squared", "l1", screening=True, checkpoint=path,
                   **dict(settings, max_iter=10))
-    assert first.status == "max_iter" and "screened" not in first.info
+    assert first.status == "max_iterations" and "screened" not in first.info
     resumed = solve(A[start:stop], b[start:stop], "squared", "l1", screening=True, checkpoint=path, **settings)
     assert resumed.info["resumed_at"] == 10 and resumed.iterations == whole.iterations
     assert np.array_equal(resumed.x, whole.x) and resumed.gap == whole.gap

@@ -140,7 +140,7 @@ def test_a_time_limit_is_one_decision_for_every_rank(comm, limit, working_set):
     for _ in range(3):
         result = ws_solve(A[start:stop], b[start:stop], "logistic_l1", comm, gap_tol=1e-14, eps_abs=0.0,
                           eps_rel=0.0, time_limit=limit, working_set=working_set)
-        assert result.status in ("time_limit", "converged", "max_iter")
+        assert result.status in ("time_limit", "converged", "max_iterations")
         assert comm.allgather((result.status, result.iterations)) == [(result.status, result.iterations)] * comm.size
 
 
@@ -251,7 +251,7 @@ def test_a_checkpoint_resumes_bitwise_wherever_the_run_was_cut(comm, tmp_path_fa
     cut = max(1, int(fraction * whole.iterations))
     path = f"{folder}/state.npz"
     first = ws_solve(A[start:stop], b[start:stop], model, comm, checkpoint=path, **dict(settings, max_iter=cut))
-    assert first.status == "max_iter" and first.iterations == cut and first.info["working_set"]
+    assert first.status == "max_iterations" and first.iterations == cut and first.info["working_set"]
     resumed = ws_solve(A[start:stop], b[start:stop], model, comm, checkpoint=path, **settings)
     assert resumed.info["resumed_at"] == cut and resumed.iterations == whole.iterations
     assert np.array_equal(np.asarray(resumed.x), np.asarray(whole.x)) and resumed.gap == whole.gap

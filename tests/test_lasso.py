@@ -112,7 +112,7 @@ def test_result_reports_history_timings_and_max_iter_status(comm):
     result = lasso(A[start:stop], b[start:stop], lam, comm=comm, max_iter=7, eps_abs=0, eps_rel=0, log_every=3,
                    working_set=False,
                    verbose=True)
-    assert result.status == "max_iter" and result.iterations == 7
+    assert result.status == "max_iterations" and result.info["stop"] == "max_iter" and result.iterations == 7
     assert result.history["iter"] == list(range(1, 8))
     assert all(len(column) == 7 for column in result.history.values())
     assert result.objective_history["iter"] == [1, 3, 6, 7], "with the log on, the objective at each log row"
@@ -154,7 +154,7 @@ def test_verbose_log_prints_on_rank_zero_only(comm, capsys):
     if comm.rank == 0:
         for column in ("iter", "objective", "r_norm", "eps_pri", "s_norm", "eps_dual", "rho", "time"):
             assert column in printed
-        assert "status:      max_iter" in printed
+        assert "status:      max_iterations" in printed
     else:
         assert printed == ""
 

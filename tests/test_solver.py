@@ -305,7 +305,7 @@ def test_checkpoint_resume_is_bitwise_identical(comm, tmp_path_factory):
     whole = solve(A_local, y_local, "logistic", "l1", 3.0, comm, **settings)
     first = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, checkpoint_every=7,
                   **dict(settings, max_iter=20))
-    assert first.status == "max_iter"
+    assert first.status == "max_iterations"
     resumed = solve(A_local, y_local, "logistic", "l1", 3.0, comm, checkpoint=path, checkpoint_every=7, **settings)
     assert resumed.info["resumed_at"] == 20
     assert resumed.iterations == whole.iterations

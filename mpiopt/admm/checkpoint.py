@@ -2,8 +2,9 @@
 
 Shared arrays: z and the last plain iterate z_plain.  Per rank: u_i, x_i, the
 loss shard's x-step warm start (``loss_*``) and Anderson's memory (``aa_*``).
-Metadata: rho, the iteration, the status, the residual and objective
-histories, the rho changes.  The fingerprint (``Problem.fingerprint``) holds,
+Metadata: rho, the iteration, the status with the rule that stopped it
+(``stop``; a file written before it had one reads as "tolerances"), the
+residual and objective histories, the rho changes.  The fingerprint (``Problem.fingerprint``) holds,
 for each rank, its rows, the columns, the loss and its parameters, the
 intercept, the penalty with every parameter at full precision (floats as exact
 JSON numbers, arrays such as group labels by their SHA-256) and a SHA-256 of
@@ -15,7 +16,8 @@ shape on every rank (its Gram matrix is all-reduced).
 from ..core.checkpoint import Checkpointer
 
 FORMAT = "mpiopt-admm-checkpoint-2"  # 2: exact problem parameters in the fingerprint
-META = ("rho", "iteration", "status", "previous_residuals", "rho_changes", "history", "objective_history")
+META = ("rho", "iteration", "status", "stop", "previous_residuals", "rho_changes", "history", "objective_history")
+OPTIONAL = ("status", "stop")  # older files may lack them
 ANDERSON_WIDE = ("aa_residuals", "aa_images", "aa_previous_residual", "aa_previous_image")
 
 
@@ -43,7 +45,7 @@ def join_state(shared, mine, meta):
 def validator(n):
     """A check, run on rank 0 before anything is restored, that the file's arrays fit a problem of n columns."""
     def validate(shared, parts, meta):
-        missing = [key for key in META if key != "status" and key not in meta]
+        missing = [key for key in META if key not in OPTIONAL and key not in meta]
         missing += [key for key in ("z", "z_plain") if key not in shared]
         missing += [f"rank{rank}_{key}" for rank, part in enumerate(parts) for key in ("u", "x") if key not in part]
         if missing:

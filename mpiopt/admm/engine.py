@@ -55,6 +55,7 @@ The loop reads as the algorithm: each step is a short method (``x_step``,
 ``auxil.c``.  The engine prints nothing itself: the caller gives it an
 iteration log (mpiopt.core.log) whose banner and footer it builds.
 """
+import contextlib
 import dataclasses
 import math
 import time
@@ -62,7 +63,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import Reducer, get_reducer
+from ..collectives import reducer_for
 from ..core import backend
 from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
@@ -72,6 +73,9 @@ from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
 HISTORY = ("iter", "r_norm", "eps_pri", "s_norm", "eps_dual", "rho", "time")
+# How a run ended (info["stop"]) and its status word (mpiopt.core.result.STATUSES).
+STATUS_OF_STOP = {"tolerances": "converged", "gap_tol": "converged", "max_iter": "max_iterations",
+                  "time_limit": "time_limit", "signal": "interrupted"}
 
 
 @dataclasses.dataclass
@@ -95,22 +99,24 @@ class ConsensusADMM:
     ``log``: an IterationLog (mpiopt.core.log) with the columns of HISTORY's
     order (iter, objective, r_norm, eps_pri, s_norm, eps_dual, rho, time), or
     None.  ``settings.reducer`` is a name or a Reducer; a Reducer given by the
-    caller is used as it is and left open (the caller owns it).
+    caller is used as it is and left open (the caller owns it); one built from a
+    name is closed by :meth:`close` (which :meth:`solve` calls at its end).
     """
 
     def __init__(self, loss, penalty, settings, comm, xp, log=None):
         self.loss, self.penalty, self.settings, self.comm, self.xp = loss, penalty, settings, comm, xp
         self.log = log
         self.active_ranks = comm.allreduce(int(loss.active), op=MPI.SUM)
-        self.owns_reducer = not isinstance(settings.reducer, Reducer)
-        # Sizes are fixed by construction (n and 5), so the per-call collective check is skipped.
-        self.reducer = get_reducer(settings.reducer, comm, check=False) if self.owns_reducer else settings.reducer
+        self.resources = contextlib.ExitStack()
+        # Sizes are fixed by construction (n and 6), so the per-call collective check is skipped.
+        self.reducer = self.resources.enter_context(reducer_for(settings.reducer, comm, check=False))
         self.rho = settings.rho if settings.rho is not None else self.default_rho()
         n = loss.n
         self.z, self.u, self.x = xp.zeros(n), xp.zeros(n), xp.zeros(n)
         self.z_plain = self.z  # the last plain iterate (the answer), when Anderson extrapolates self.z
         self.iteration = 0
         self.status = None  # "converged" once converged: a resumed converged run does not iterate again
+        self.stop = None    # with it, the rule that was met (info["stop"]: "tolerances" or "gap_tol")
         self.previous_residuals = (math.inf, math.inf)
         self.history = {key: [] for key in HISTORY}
         self.objective_history = {"iter": [], "objective": []}
@@ -152,7 +158,7 @@ class ConsensusADMM:
     def state(self):
         """Everything the iteration depends on, for a checkpoint."""
         return {"z": self.z, "z_plain": self.z_plain, "u": self.u, "x": self.x, "rho": self.rho,
-                "iteration": self.iteration, "status": self.status,
+                "iteration": self.iteration, "status": self.status, "stop": self.stop,
                 "previous_residuals": self.previous_residuals, "history": self.history,
                 "objective_history": self.objective_history, "loss": self.loss.state(),
                 "anderson": self.anderson.state() if self.anderson else {}, "rho_changes": self.rho_changes}
@@ -163,6 +169,7 @@ class ConsensusADMM:
                                                 for key in ("z", "z_plain", "u", "x"))
         self.rho, self.iteration = float(state["rho"]), int(state["iteration"])
         self.status = state.get("status")
+        self.stop = state.get("stop") or ("tolerances" if self.status == "converged" else None)  # older files
         self.previous_residuals = tuple(float(v) for v in state["previous_residuals"])
         self.history = {key: list(values) for key, values in state["history"].items()}
         if self.gap_checked and "gap" not in self.history:  # a checkpoint written without gap_tol
@@ -293,17 +300,17 @@ class ConsensusADMM:
         return self.duality_gap(z)
 
     def termination(self, residuals, elapsed, gap=None):
-        """"converged" (the residual rule, or the relative duality gap <= ``gap_tol``), "time_limit",
-        "interrupted" (SIGTERM) or None to go on."""
+        """Why to stop (a key of STATUS_OF_STOP): "tolerances" (the residual rule), "gap_tol" (the relative
+        duality gap <= ``gap_tol``), "time_limit", "signal" (SIGTERM), or None to go on."""
         s = self.settings
         if residuals.r_norm <= residuals.eps_pri and residuals.s_norm <= residuals.eps_dual:
-            return "converged"
+            return "tolerances"
         if gap is not None and gap.relative <= s.gap_tol:
-            return "converged"
+            return "gap_tol"
         if s.time_limit and residuals.time_up:  # agreed in the residuals' all-reduce
             return "time_limit"
         if residuals.stop_requested:
-            return "interrupted"
+            return "signal"
         return None
 
     def adapt_rho(self, residuals):
@@ -373,7 +380,7 @@ class ConsensusADMM:
 
     # -- the loop ----------------------------------------------------------------
     def iterate(self, signals, start, elapsed_before):
-        """One ADMM iteration; returns (status or None, finished)."""
+        """One ADMM iteration; returns (why it stops, a key of STATUS_OF_STOP, or None; finished)."""
         loss = self.loss
         self.iteration += 1
         rho, z, u = self.rho, self.z, self.u
@@ -397,36 +404,38 @@ class ConsensusADMM:
         gap = self.gap_step(z)
         elapsed = elapsed_before + time.perf_counter() - start
         self.record(residuals, elapsed, gap)
-        status = self.termination(residuals, elapsed, gap)
-        finished = status is not None or self.iteration == self.settings.max_iter
+        stop = self.termination(residuals, elapsed, gap)
+        converged = STATUS_OF_STOP.get(stop) == "converged"
+        finished = stop is not None or self.iteration == self.settings.max_iter
         self.log_row(z, residuals, elapsed, finished)
-        if status != "converged":  # also at max_iter, so that a resumed run follows the same path
+        if not converged:  # also at max_iter, so that a resumed run follows the same path
             new_rho = self.adapt_rho(residuals)
             if new_rho != rho:
                 u = self.change_rho(new_rho, u)
             else:
                 z, u = self.accelerate(z_previous, u_previous, z, u)
         self.z, self.z_plain, self.u, self.x = z, z_plain, u, x
-        self.status = status if status == "converged" else None
+        self.status, self.stop = ("converged", stop) if converged else (None, None)
         self.checkpoint(finished, residuals)
-        return status, finished
+        return stop, finished
 
     def solve(self):
         """Iterate until the stopping rule, a limit or SIGTERM; returns an ADMMResult (the engine's part of
-        ``info`` and ``timings``: the caller adds the problem's description and the setup time)."""
-        s, loss, comm, xp = self.settings, self.loss, self.comm, self.xp
+        ``info`` and ``timings``: the caller adds the problem's description and the setup time).  The
+        reducer built from a name is closed at the end."""
+        s = self.settings
         resumed_at = self.iteration
         if self.log is not None and (self.status == "converged" or resumed_at >= s.max_iter):
             self.log.note(f"resumed at iteration {resumed_at} "
                           f"({'converged' if self.status == 'converged' else 'max_iter'}), nothing left to do")
-        loss.factorize(self.rho)
-        status = "converged" if self.status == "converged" else None
+        self.loss.factorize(self.rho)
+        stop = self.stop if self.status == "converged" else None
         start = time.perf_counter()
         elapsed_before = self.history["time"][-1] if self.history["time"] else 0.0
         signals = SignalFlags(self.checkpointer is not None)
         try:
-            while status is None and self.iteration < s.max_iter:
-                status, finished = self.iterate(signals, start, elapsed_before)
+            while stop is None and self.iteration < s.max_iter:
+                stop, finished = self.iterate(signals, start, elapsed_before)
                 if finished:
                     break
             if not self.objective_history["objective"]:  # a run resumed at its end does no iteration
@@ -436,21 +445,27 @@ class ConsensusADMM:
                 else self.duality_gap(self.z_plain)  # the final certificate
         finally:
             signals.restore()
-            if self.owns_reducer:
-                self.reducer.close()
-        solve_time = time.perf_counter() - start
-        ran = self.iteration - resumed_at
+            self.close()
+        return self.result(stop or "max_iter", time.perf_counter() - start, self.iteration - resumed_at, kkt, gap)
+
+    def close(self):
+        """Close the reducer built from a name (a caller's Reducer stays open)."""
+        self.resources.close()
+
+    def result(self, stop, solve_time, ran, kkt, gap):
+        """The ADMMResult of a run that stopped for ``stop`` after ``ran`` iterations of ``solve_time``
+        seconds, with the final KKT residual and Gap (or None)."""
         info = {"rho_final": self.rho, "rho_changes": self.rho_changes, "kkt_residual": kkt,
-                "nonzeros": int(xp.count_nonzero(self.z_plain)), "iterations_run": ran,
+                "nonzeros": int(self.xp.count_nonzero(self.z_plain)), "iterations_run": ran,
                 "gap": None if gap is None else gap.gap, "relative_gap": None if gap is None else gap.relative,
-                "dual_objective": None if gap is None else gap.dual}
-        if loss.iterative:
-            info["inner_iterations"] = comm.allreduce(getattr(loss, "inner_iterations", 0))
+                "dual_objective": None if gap is None else gap.dual, "stop": stop}
+        if self.loss.iterative:
+            info["inner_iterations"] = self.comm.allreduce(getattr(self.loss, "inner_iterations", 0))
         timings = {"solve": solve_time, "per_iteration": solve_time / max(ran, 1), "x_step": self.x_time,
                    "communication": self.comm_time, "gap": self.gap_time}
         # The answer is the last plain ADMM iterate (a prox output: sparse, feasible); the engine's own
         # state may have been extrapolated by Anderson acceleration for the next iteration.
         return ADMMResult(x=self.z_plain, objective=self.objective_history["objective"][-1],
-                          iterations=self.iteration, status=status or "max_iter", history=self.history,
+                          iterations=self.iteration, status=STATUS_OF_STOP[stop], history=self.history,
                           objective_history=self.objective_history, timings=timings, info=info, u=self.u,
                           gap=info["gap"], relative_gap=info["relative_gap"])

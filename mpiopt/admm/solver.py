@@ -38,11 +38,10 @@ from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
-import types
-
 from .gap import column_norms, dual_point, gap_terms, screen
 from .penalties import _exact
 from .pieces import declared, declared_of, merge, split_keywords
+from .point import Point
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
 from .workingset import working_set_solve
@@ -236,12 +235,14 @@ class Problem:
                                                self.comm)
         return self._lambda_max[key]
 
-    def solve(self, penalty="l1", lam=None, *, lam_ratio=None, penalty_options=None, warm_start=None, **keywords):
+    def solve(self, penalty="l1", lam=None, *, lam_ratio=None, penalty_options=None, warm_start=None,
+              log_stream=None, **keywords):
         """One solve; ``warm_start`` is a previous ADMMResult of this problem (x, u and rho reused).
 
         The keywords are the ADMM settings and the penalty's options (``l1_ratio``, ``groups``, ``lower``,
         ``upper``, or whatever it declares; see pieces.py); ``penalty_options`` is a dict of the latter.
-        Without a ``blas_threads`` setting the problem's (given when it was built) applies.
+        Without a ``blas_threads`` setting the problem's (given when it was built) applies.  ``log_stream``:
+        where rank 0's log (``verbose``) goes, standard output by default.
         """
         start = time.perf_counter()
         comm = self.comm
@@ -254,9 +255,9 @@ class Problem:
         options = {**declared_of("penalty", penalty).defaults(), "lam": lam, **given}
         threads = plan_blas_threads(settings_object.blas_threads, comm)
         with blas_threads_for(threads), backend.device_of(self._data[0]):  # the GPU holding the data, if any
-            return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start)
+            return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start, log_stream)
 
-    def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm_start):
+    def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm_start, log_stream=None):
         comm, xp, shard = self.comm, self.xp, self.shard
         if isinstance(penalty, penalty_classes.Penalty):
             penalty_object, largest = penalty, None
@@ -270,11 +271,12 @@ class Problem:
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
         if self.uses_working_set(settings, engine_penalty):
             return working_set_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest,
-                                     warm_start)
+                                     warm_start, log_stream)
         if settings.screening and not settings.checkpoint and gap_terms(shard, engine_penalty) is not None:
             return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,
                                         warm_start)
-        log = admm_log(settings.verbose and comm.rank == 0, gap=gap_terms(shard, engine_penalty) is not None)
+        log = admm_log(settings.verbose and comm.rank == 0, stream=log_stream,
+                       gap=gap_terms(shard, engine_penalty) is not None)
         engine = ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log)
         if warm_start is not None:
             engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))
@@ -357,17 +359,41 @@ class Problem:
         comm, xp, shard = self.comm, self.xp, self.shard
         if self._column_norms is None:
             self._column_norms = column_norms(shard, comm)
-        features = shard.design.features
-        x = xp.zeros(shard.n) if warm_start is None else xp.array(warm_start.x, dtype=float)
-        u = None if warm_start is None or warm_start.u is None else xp.array(warm_start.u, dtype=float)
-        rho = None if warm_start is None else warm_start.info.get("rho_final")
+        point = Point.of(warm_start, xp, shard.n)
+        tick = time.perf_counter()
+        kept, _ = screen(shard, engine_penalty, point.x, comm, self._column_norms)
+        screen_time = time.perf_counter() - tick
+        result, kept, counts = self._screening_rounds(settings, penalty_object, engine_penalty, point, kept)
+        iterations, solve_time, rounds, rebuild_time = counts
+        tick = time.perf_counter()
+        gap, _ = dual_point(shard, engine_penalty, point.x, comm, theta_wanted=False)  # certificate: full problem
+        screen_time += rebuild_time + time.perf_counter() - tick
+        features, lam_value = shard.design.features, options["lam"]
+        result.x, result.u, result.gap, result.relative_gap = point.x, point.u, gap.gap, gap.relative
+        result.iterations = iterations
+        result.objective = self._full_objective(engine_penalty, point.x)
+        result.info.update(
+            problem=f"{self.loss} + {engine_penalty.describe()}", n=shard.n, features=self.n_features,
+            lambda_max=largest, lam=lam_value,
+            lam_ratio=lam_value / largest if largest and lam_value is not None else None,
+            gap=gap.gap, relative_gap=gap.relative, dual_objective=gap.dual, screened=int(features - kept.sum()),
+            screening_rounds=rounds, settings=settings.as_dict(), penalty=penalty_object.name,
+            nonzeros=int(xp.count_nonzero(point.x)))
+        setup = time.perf_counter() - start - solve_time - screen_time
+        result.timings.update(setup=setup, solve=solve_time, screening=screen_time,
+                              per_iteration=solve_time / max(iterations, 1),
+                              total=setup + solve_time + screen_time)
+        return result
+
+    def _screening_rounds(self, settings, penalty_object, engine_penalty, point, kept):
+        """The rounds of :meth:`_screened_solve` from ``point`` (updated in place) with the columns ``kept``;
+        returns (the last round's ADMMResult, the columns kept, (iterations, seconds solving, rounds,
+        seconds rebuilding and screening))."""
+        comm, shard = self.comm, self.shard
         given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
         given.update(screening=False, checkpoint=None)
-        tick = time.perf_counter()
-        kept, _ = screen(shard, engine_penalty, x, comm, self._column_norms)
-        screen_time = time.perf_counter() - tick
-        problem, problem_kept = self, numpy.ones(features, dtype=bool)
-        iterations, solve_time, rounds, budget = 0, 0.0, 0, 10
+        problem, problem_kept = self, numpy.ones(shard.design.features, dtype=bool)
+        iterations, solve_time, rounds, budget, screen_time = 0, 0.0, 0, 10, 0.0
         while True:
             target = kept.copy()
             if not target.any():  # every column screened: keep one (zero at the optimum) to solve on
@@ -376,48 +402,20 @@ class Problem:
                 tick = time.perf_counter()
                 problem, problem_kept = self._restricted(target), target
                 screen_time += time.perf_counter() - tick
-            columns = numpy.flatnonzero(problem_kept)
-            index = xp.asarray(numpy.concatenate([columns, [features]]) if self.intercept else columns)
-            start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
-                                               info={"rho_final": rho})
             round_settings = dict(given, max_iter=min(budget, settings.max_iter - iterations))
             if settings.time_limit:  # the same on every rank (the settings are checked collectively)
                 round_settings["time_limit"] = max(settings.time_limit - comm.allreduce(solve_time, op=MPI.MAX), 1e-9)
-            result = problem.solve(penalty_object, warm_start=start_from, **round_settings)
+            result = point.solve_on(problem, numpy.flatnonzero(problem_kept), self.intercept, penalty_object,
+                                    round_settings)
             iterations += result.iterations
             solve_time += result.timings["solve"]
             rounds += 1
-            x = xp.zeros(shard.n)
-            x[index] = xp.asarray(result.x)
-            if result.u is not None:
-                u = xp.zeros(shard.n)
-                u[index] = xp.asarray(result.u)
-            rho = result.info["rho_final"]
-            if result.status != "max_iter" or iterations >= settings.max_iter:
-                break
+            if result.status != "max_iterations" or iterations >= settings.max_iter:
+                return result, kept, (iterations, solve_time, rounds, screen_time)
             tick = time.perf_counter()
-            kept = kept & screen(shard, engine_penalty, x, comm, self._column_norms)[0]
+            kept = kept & screen(shard, engine_penalty, point.x, comm, self._column_norms)[0]
             screen_time += time.perf_counter() - tick
             budget *= 2
-        tick = time.perf_counter()
-        gap, _ = dual_point(shard, engine_penalty, x, comm, theta_wanted=False)  # the certificate: full problem
-        screen_time += time.perf_counter() - tick
-        lam_value = options["lam"]
-        result.x, result.u, result.gap, result.relative_gap = x, u, gap.gap, gap.relative
-        result.iterations = iterations
-        result.objective = self._full_objective(engine_penalty, x)
-        result.info.update(
-            problem=f"{self.loss} + {engine_penalty.describe()}", n=shard.n, features=self.n_features,
-            lambda_max=largest, lam=lam_value,
-            lam_ratio=lam_value / largest if largest and lam_value is not None else None,
-            gap=gap.gap, relative_gap=gap.relative, dual_objective=gap.dual, screened=int(features - kept.sum()),
-            screening_rounds=rounds, settings=settings.as_dict(), penalty=penalty_object.name,
-            nonzeros=int(xp.count_nonzero(x)))
-        setup = time.perf_counter() - start - solve_time - screen_time
-        result.timings.update(setup=setup, solve=solve_time, screening=screen_time,
-                              per_iteration=solve_time / max(iterations, 1),
-                              total=setup + solve_time + screen_time)
-        return result
 
     def _full_objective(self, penalty, x):
         """The objective of the full problem at x, summed over the ranks (collective)."""
@@ -433,7 +431,7 @@ class Problem:
 
 
 def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *, intercept=False,
-          penalty_options=None, loss_options=None, **options):
+          penalty_options=None, loss_options=None, log_stream=None, **options):
     """Minimize sum_i f_i(x) + g(x) by consensus ADMM; see the module docstring.
 
     ``options`` are ``lam_ratio``, ``warm_start`` (a previous result), the ADMM
@@ -441,10 +439,12 @@ def solve(A_local, b_local, loss="squared", penalty="l1", lam=None, comm=None, *
     ``groups``, ``lower``, ``upper``, ``delta``, ``x_solver``, a user's own),
     which may also come as the dicts ``penalty_options`` and ``loss_options``;
     with the ``checkpoint`` setting an existing checkpoint file is resumed from.
+    ``log_stream``: where rank 0's log (``verbose``) goes, standard output by default.
     Returns an ADMMResult, the same on every rank.
     """
     penalty_keywords, loss_keywords, rest = split_keywords(options, SETTINGS | {"lam_ratio", "warm_start"},
                                                            penalty=penalty, loss=loss)
     problem = Problem(A_local, b_local, loss, comm, intercept=intercept, loss_options=loss_options,
                       blas_threads=options.get("blas_threads"), **loss_keywords)
-    return problem.solve(penalty, lam, penalty_options=penalty_options, **penalty_keywords, **rest)
+    return problem.solve(penalty, lam, penalty_options=penalty_options, log_stream=log_stream, **penalty_keywords,
+                         **rest)

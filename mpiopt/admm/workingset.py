@@ -41,21 +41,21 @@ anywhere resumes bit for bit (docs/admm.md, "Checkpoints and resume").
 """
 import dataclasses
 import math
+import os
 import time
-import types
 
 import numpy as np
 from mpi4py import MPI
 
-import os
-
 from .. import __version__
-from ..collectives import Reducer, get_reducer
+from ..collectives import reducer_for
 from ..core import backend
 from ..core.checkpoint import Checkpointer
 from ..core.signals import SignalFlags, pending
+from .engine import STATUS_OF_STOP as ENGINE_STATUS_OF_STOP
 from .gap import column_norms, dual_point, gap_terms, sphere_test
 from .losses.squared import SquaredLossShard
+from .point import Point
 from .result import ADMMResult
 
 INNER_FRACTION = 0.3     # the restricted problem is solved to this fraction of the full problem's gap
@@ -215,236 +215,298 @@ def default_gap_tol(settings):
     return max(settings.eps_rel, 1e-14)
 
 
+# Why the working sets stopped (info["stop"]) and the status word: the engine's, and the outer loop's own cap.
+STATUS_OF_STOP = dict(ENGINE_STATUS_OF_STOP, max_outer="max_iterations")
+
+
 def working_set_solve(problem, settings, threads, start, penalty_object, engine_penalty, options, largest,
-                      warm_start):
+                      warm_start, log_stream=None):
     """The outer loop of the module docstring for ``problem`` (a solver.Problem), with the BLAS threads
     ``threads`` (a core.threads.ThreadPlan, in force while it runs); returns an ADMMResult of the full problem,
-    the same on every rank (collective)."""
-    comm, xp, shard = problem.comm, problem.xp, problem.shard
-    design = shard.design
-    features, intercept = design.features, problem.intercept
-    l1, _, _ = gap_terms(shard, engine_penalty)
-    tol = settings.gap_tol if settings.gap_tol is not None else default_gap_tol(settings)
-    if problem._column_norms is None:
-        problem._column_norms = column_norms(shard, comm)
-    norms = problem._column_norms
-    if problem._column_cache is None:
-        problem._column_cache = ColumnCache(design, xp, isinstance(shard, SquaredLossShard))
-    cache = problem._column_cache
-    cache_time_before = cache.time
-    setup_time = time.perf_counter() - start + (problem.setup_time if warm_start is None else 0.0)  # as _solve
-    x = xp.zeros(shard.n) if warm_start is None else xp.array(warm_start.x, dtype=float)
-    u = None if warm_start is None or warm_start.u is None else xp.array(warm_start.u, dtype=float)
-    rho = None if warm_start is None else warm_start.info.get("rho_final")
-    given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
-    given.update(screening=False, working_set=False, checkpoint=None, verbose=False, eps_abs=0.0, eps_rel=0.0,
-                 gap_every=INNER_GAP_EVERY, blas_threads=0)  # the threads are this solve's, already in force
-    own_reducer = not isinstance(settings.reducer, Reducer)
-    reducer = get_reducer(settings.reducer, comm, check=False) if own_reducer else settings.reducer
-    given["reducer"] = reducer
-    log = _outer_log(settings.verbose and comm.rank == 0)
-    log.banner(f"mpiopt {__version__}: consensus ADMM on working sets", [
-        f"problem:  {problem.loss} loss + {engine_penalty.describe()}",
-        f"          rows m = {problem.total_rows}, variables n = {shard.n}" + (" (with intercept)" if intercept else "")
-        + f", ranks = {comm.size}" + (f", lambda_max = {largest:.4e}" if largest else ""),
-        f"threads:  {threads.describe()}",
-        f"working sets: first size {settings.working_set_size}, then max(that, 2 x support); inner ADMM to "
-        f"{INNER_FRACTION} x the gap; gap-safe screening at each check",
-        f"stopping: relative duality gap <= {tol:.1e} on all {features} columns, max_iter = {settings.max_iter} "
-        f"ADMM iterations",
-        f"setup:    {setup_time:.3f} s"])
-    kept = np.ones(features, dtype=bool)
-    # the working set starts as the warm start's support (so that A x comes from the cached columns)
-    columns = comm.bcast(np.flatnonzero(np.asarray(backend.to_host(x[:features])) != 0).astype(np.int64), root=0)
-    batches = [columns]  # what the cache was given, in order: a resume replays it (the same Gram, bitwise)
-    cache.add(columns)
-    iterations, solve_time, gap_time, outer, status = 0, 0.0, 0.0, 0, "max_iter"
-    history = {}
-    outer_rows = []
-    result = None
-    checkpointer, resumed_at, resuming = None, 0, False
-    if settings.checkpoint:
-        checkpointer = Checkpointer(settings.checkpoint, comm, dict(problem.fingerprint(engine_penalty),
-                                                                     solver="working_set"), FORMAT, "ADMM working-set")
-        restored = {}
-        if checkpointer.restore(lambda shared, mine, meta: restored.update(shared=shared, mine=mine, meta=meta),
-                                _validator(shard.n, features)):
-            shared, mine, meta = restored["shared"], restored["mine"], restored["meta"]
-            x = xp.asarray(shared["x"], dtype=float)
-            u = xp.asarray(mine["u"], dtype=float) if mine["u"].size else None
-            kept, columns = shared["kept"].astype(bool), shared["columns"].astype(np.int64)
-            batches = np.split(shared["cache_order"].astype(np.int64), np.cumsum(shared["cache_sizes"])[:-1])
-            for batch in batches:
-                cache.add(batch)
-            iterations, outer, rho = int(meta["iterations"]), int(meta["outer"]), meta["rho"]
-            solve_time, gap_time = float(meta["solve_time"]), float(meta["gap_time"])
-            history, outer_rows = meta["history"], meta["outer_rows"]
-            resumed_at, resuming = iterations, True
-    times_before = (solve_time, gap_time)  # the runs before a resume: in the history, not in this run's timings
-    resumed = checkpointer is not None and resuming
-    signals = SignalFlags(checkpointer is not None)
-    if checkpointer is not None and resuming:
-        log.note(f"resumed:  from the checkpoint {settings.checkpoint} at iteration {iterations} (outer {outer})")
+    the same on every rank (collective).  ``log_stream``: where rank 0's log goes (None: standard output)."""
+    run = WorkingSets(problem, settings, threads, start, penalty_object, engine_penalty, largest, warm_start,
+                      log_stream)
+    with reducer_for(settings.reducer, problem.comm, check=False) as reducer:
+        run.given["reducer"] = reducer
+        run.banner()
+        run.start_or_resume()
+        signals = SignalFlags(run.checkpointer is not None)
+        try:
+            run.loop()
+        finally:
+            signals.restore()
+    return run.finish(options["lam"], getattr(reducer, "name", str(reducer)))
 
-    def write_boundary():
+
+class WorkingSets:
+    """The state of one working-set solve (the module docstring's loop), in the steps of its outer iteration:
+    ``certify`` (the gap on every column, the screening), ``next_columns``, ``inner_solve``, and the
+    checkpoint at the top of each outer iteration (``write_boundary``)."""
+
+    def __init__(self, problem, settings, threads, start, penalty_object, engine_penalty, largest, warm_start,
+                 log_stream):
+        self.problem, self.settings, self.threads, self.start = problem, settings, threads, start
+        self.penalty_object, self.engine_penalty, self.largest = penalty_object, engine_penalty, largest
+        self.comm, self.xp, self.shard = comm, xp, shard = problem.comm, problem.xp, problem.shard
+        self.features, self.intercept = shard.design.features, problem.intercept
+        self.l1 = gap_terms(shard, engine_penalty)[0]
+        self.tol = settings.gap_tol if settings.gap_tol is not None else default_gap_tol(settings)
+        if problem._column_norms is None:
+            problem._column_norms = column_norms(shard, comm)
+        self.norms = problem._column_norms
+        if problem._column_cache is None:
+            problem._column_cache = ColumnCache(shard.design, xp, isinstance(shard, SquaredLossShard))
+        self.cache = problem._column_cache
+        self.cache_time_before = self.cache.time
+        self.extra_setup = problem.setup_time if warm_start is None else 0.0  # as Problem._solve
+        self.setup_time = time.perf_counter() - start + self.extra_setup
+        self.point = Point.of(warm_start, xp, shard.n)  # x, u and rho
+        self.given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
+        self.given.update(screening=False, working_set=False, checkpoint=None, verbose=False, eps_abs=0.0,
+                          eps_rel=0.0, gap_every=INNER_GAP_EVERY, blas_threads=0)  # the threads: in force
+        self.log = _outer_log(settings.verbose and comm.rank == 0, log_stream)
+        self.kept = np.ones(self.features, dtype=bool)
+        self.iterations, self.solve_time, self.gap_time, self.outer = 0, 0.0, 0.0, 0
+        self.stop, self.history, self.outer_rows, self.result = None, {}, [], None
+        self.checkpointer, self.resumed_at, self.resuming = None, 0, False
+        self.gap = self.correlation = None
+
+    def banner(self):
+        problem, settings, shard = self.problem, self.settings, self.shard
+        self.log.banner(f"mpiopt {__version__}: consensus ADMM on working sets", [
+            f"problem:  {problem.loss} loss + {self.engine_penalty.describe()}",
+            f"          rows m = {problem.total_rows}, variables n = {shard.n}"
+            + (" (with intercept)" if self.intercept else "") + f", ranks = {self.comm.size}"
+            + (f", lambda_max = {self.largest:.4e}" if self.largest else ""),
+            f"threads:  {self.threads.describe()}",
+            f"working sets: first size {settings.working_set_size}, then max(that, 2 x support); inner ADMM to "
+            f"{INNER_FRACTION} x the gap; gap-safe screening at each check",
+            f"stopping: relative duality gap <= {self.tol:.1e} on all {self.features} columns, "
+            f"max_iter = {settings.max_iter} ADMM iterations",
+            f"setup:    {self.setup_time:.3f} s"])
+
+    def start_or_resume(self):
+        """The first working set, the warm start's support (so that A x comes from the cached columns), or
+        the state of a checkpoint when there is one."""
+        self.columns = self.comm.bcast(np.flatnonzero(np.asarray(backend.to_host(
+            self.point.x[:self.features])) != 0).astype(np.int64), root=0)
+        self.batches = [self.columns]  # what the cache was given, in order: a resume replays it (the same Gram)
+        self.cache.add(self.columns)
+        if self.settings.checkpoint:
+            self.checkpointer = Checkpointer(self.settings.checkpoint, self.comm, dict(
+                self.problem.fingerprint(self.engine_penalty), solver="working_set"), FORMAT, "ADMM working-set")
+            restored = {}
+            if self.checkpointer.restore(lambda shared, mine, meta: restored.update(shared=shared, mine=mine,
+                                                                                      meta=meta),
+                                         _validator(self.shard.n, self.features)):
+                self.restore(restored["shared"], restored["mine"], restored["meta"])
+        self.times_before = (self.solve_time, self.gap_time)  # runs before a resume: in the history only
+        self.resumed = self.resuming
+        if self.resuming:
+            self.log.note(f"resumed:  from the checkpoint {self.settings.checkpoint} at iteration "
+                          f"{self.iterations} (outer {self.outer})")
+
+    def restore(self, shared, mine, meta):
+        xp = self.xp
+        self.point.x = xp.asarray(shared["x"], dtype=float)
+        self.point.u = xp.asarray(mine["u"], dtype=float) if mine["u"].size else None
+        self.kept, self.columns = shared["kept"].astype(bool), shared["columns"].astype(np.int64)
+        self.batches = np.split(shared["cache_order"].astype(np.int64), np.cumsum(shared["cache_sizes"])[:-1])
+        for batch in self.batches:
+            self.cache.add(batch)
+        self.iterations, self.outer, self.point.rho = int(meta["iterations"]), int(meta["outer"]), meta["rho"]
+        self.solve_time, self.gap_time = float(meta["solve_time"]), float(meta["gap_time"])
+        self.history, self.outer_rows = meta["history"], meta["outer_rows"]
+        self.resumed_at, self.resuming = self.iterations, True
+
+    def write_boundary(self):
         """The state at the top of an outer iteration (a resume starts here, recomputing its gap) and the
         removal of the inner solve's checkpoint that led to it (finished)."""
-        sizes = np.array([len(batch) for batch in batches], dtype=np.int64)
-        checkpointer.write(
-            {"x": x, "kept": kept.astype(np.uint8), "columns": columns,
-             "cache_order": np.concatenate(batches).astype(np.int64) if batches else np.empty(0, np.int64),
-             "cache_sizes": sizes},
-            {"u": u if u is not None else xp.zeros(0)},
-            {"iterations": iterations, "outer": outer, "rho": rho, "solve_time": solve_time, "gap_time": gap_time,
-             "history": history, "outer_rows": outer_rows})
-        if comm.rank == 0:
+        sizes = np.array([len(batch) for batch in self.batches], dtype=np.int64)
+        self.checkpointer.write(
+            {"x": self.point.x, "kept": self.kept.astype(np.uint8), "columns": self.columns,
+             "cache_order": np.concatenate(self.batches).astype(np.int64) if self.batches
+             else np.empty(0, np.int64), "cache_sizes": sizes},
+            {"u": self.point.u if self.point.u is not None else self.xp.zeros(0)},
+            {"iterations": self.iterations, "outer": self.outer, "rho": self.point.rho, "solve_time": self.solve_time,
+             "gap_time": self.gap_time, "history": self.history, "outer_rows": self.outer_rows})
+        if self.comm.rank == 0:
             try:  # a leftover is harmless (a resume reads only the next outer iteration's), a failure not fatal
-                os.remove(_inner_path(settings.checkpoint, outer))
+                os.remove(_inner_path(self.settings.checkpoint, self.outer))
             except OSError:
                 pass
 
-    try:
+    def loop(self):
+        """Certify, stop or choose the next working set and solve on it, until a stop (``self.stop``)."""
         while True:
-            if checkpointer is not None:
-                write_boundary()
-            # 1. the certificate on every column, and what it proves zero
-            tock = time.perf_counter()
-            margin = cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
-                                  float(x[-1]) if intercept else 0.0) if shard.active else None
-            gap, _ = dual_point(shard, engine_penalty, x, comm, theta_wanted=False, margin=margin)
-            correlation = np.asarray(backend.to_host(gap.correlation), dtype=float)
-            kept &= sphere_test(shard, gap, norms, l1, comm)
-            gap_time += time.perf_counter() - tock
-            elapsed = time.perf_counter() - start
-            if settings.time_limit:  # one clock for every rank: the limit's decision and the inner solves' settings
-                elapsed = comm.allreduce(elapsed, op=MPI.MAX)
-            outer_rows.append({"outer": outer, "working_set": int(len(columns)), "iterations": iterations,
-                               "gap": gap.gap, "relative_gap": gap.relative, "screened": int(features - kept.sum()),
-                               "time": elapsed})
-            log.row(outer, len(columns), int(features - kept.sum()), iterations, gap.primal, gap.gap, gap.relative,
-                    elapsed)
-            if comm.bcast(gap.relative <= tol, root=0):  # rank 0 decides, as for every choice below
-                status = "converged"
-                if resuming:
-                    log.note(f"resumed at iteration {iterations} (converged), nothing left to do")
-                break
-            if outer >= MAX_OUTER or iterations >= settings.max_iter:
-                break
-            if settings.time_limit and elapsed >= settings.time_limit:
-                status = "time_limit"
-                break
-            # SIGTERM between inner solves: the state above is on disk.  The flags are read, not taken, so a
-            # SIGUSR1 that came during the certificate is left for the next inner solve to write its checkpoint.
-            if checkpointer is not None and comm.allreduce(float(pending()[1]), op=MPI.MAX) > 0:
-                status = "interrupted"
-                break
-            outer += 1
-            # 2. the next working set
-            host_x = np.asarray(backend.to_host(x[:features]))
-            support = (host_x != 0) & kept
-            if (host_x[~kept] != 0).any():  # coefficients proven zero at the optimum: set them so
-                drop = np.flatnonzero((host_x != 0) & ~kept)
-                x[xp.asarray(drop)] = 0.0
-                if u is not None:
-                    u[xp.asarray(drop)] = 0.0
-            d = scores(correlation, norms, l1, kept)
-            chosen = comm.bcast(choose(d, support, len(columns), settings.working_set_size).astype(np.int64),
-                                root=0)
-            columns = cache.ordered(chosen)  # the cached ones first, in the cache's order: a view, not a copy
-            # 3. the restricted problem, warm-started, to a fraction of the current gap
-            batches.append(columns)
-            cache.add(columns)
-            block, gram = cache.take(columns)
-            sub = problem.on_columns(block, gram, x_solver="newton" if len(columns) + intercept <= NEWTON_COLUMNS
-                                     and shard.iterative else None)
-            index = xp.asarray(np.concatenate([columns, [features]]) if intercept else columns)
-            start_from = types.SimpleNamespace(x=x[index], u=None if u is None else u[index],
-                                               info={"rho_final": rho})
-            # an inner solve that stalls short of its tolerance returns for a new certificate (which may already
-            # suffice): at most max(100, the iterations so far), so the caps grow geometrically
-            cap = max(INNER_MIN_CAP, iterations)
-            round_settings = dict(given, max_iter=min(settings.max_iter - iterations, cap),
-                                  gap_tol=max(INNER_FRACTION * gap.relative, 0.5 * tol) if math.isfinite(
-                                      gap.relative) else tol)
-            if settings.time_limit:
-                round_settings["time_limit"] = max(settings.time_limit - elapsed, 1e-9)
-            if checkpointer is not None:  # the inner solve checkpoints itself: a resume continues it bitwise
-                round_settings.update(checkpoint=_inner_path(settings.checkpoint, outer),
-                                      checkpoint_every=settings.checkpoint_every)
-            result = sub.solve(penalty_object, warm_start=start_from, **round_settings)
-            if resuming:  # the first inner solve after a resume may itself have resumed part-way
-                resumed_at, resuming = iterations + int(result.info.get("resumed_at") or 0), False
-            _append_history(history, result.history, iterations, solve_time)
-            iterations += result.iterations
-            solve_time += result.timings["solve"]
-            x = xp.zeros(shard.n)
-            x[index] = xp.asarray(result.x)
-            if result.u is not None:
-                u = xp.zeros(shard.n)
-                u[index] = xp.asarray(result.u)
-            rho = result.info["rho_final"]
-            if result.status != "converged" and (iterations >= settings.max_iter or result.status != "max_iter"):
+            if self.checkpointer is not None:
+                self.write_boundary()
+            elapsed = self.certify(screening=True)
+            self.stop = self.stop_before_inner(elapsed)
+            if self.stop is not None:
+                return
+            self.outer += 1
+            self.next_columns()
+            result = self.inner_solve(elapsed)
+            if result.status != "converged" and (self.iterations >= self.settings.max_iter
+                                                 or result.status != "max_iterations"):
                 # cut by the iteration budget, the time limit or SIGTERM: end at this x
-                status = result.status
-                tock = time.perf_counter()
-                margin = cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
-                                      float(x[-1]) if intercept else 0.0) if shard.active else None
-                gap, _ = dual_point(shard, engine_penalty, x, comm, theta_wanted=False, margin=margin)
-                correlation = np.asarray(backend.to_host(gap.correlation), dtype=float)
-                gap_time += time.perf_counter() - tock
-                outer_rows.append({"outer": outer, "working_set": int(len(columns)), "iterations": iterations,
-                                   "gap": gap.gap, "relative_gap": gap.relative,
-                                   "screened": int(features - kept.sum()), "time": time.perf_counter() - start})
-                log.row(outer, len(columns), int(features - kept.sum()), iterations, gap.primal, gap.gap,
-                        gap.relative, outer_rows[-1]["time"])
-                break
-    finally:
-        signals.restore()
-        if own_reducer:
-            reducer.close()
-    gather_time = cache.time - cache_time_before
-    host_x = np.asarray(backend.to_host(x[:features]))
-    gradient = correlation / gap.scale if gap.scale else correlation  # -grad of the loss at x (penalized)
-    kkt = float(np.abs(host_x - np.asarray(backend.to_host(
-        penalty_object.prox(xp.asarray(host_x + gradient), 1.0)))).max()) if features else 0.0
-    if result is None:  # certified at the start (the warm start, or 0 above lambda_max): no ADMM iteration
-        result = ADMMResult(x=x, objective=gap.primal, iterations=0, status=status, history={}, objective_history={},
-                            timings={}, info={"rho_final": rho, "rho_changes": 0, "ranks": comm.size,
-                                              "reducer": getattr(reducer, "name", str(reducer)),
-                                              "intercept": intercept, "loss": problem.loss,
-                                              "backend": xp.__name__}, u=u)
-    lam_value = options["lam"]
-    result.x, result.u, result.gap, result.relative_gap = x, u, gap.gap, gap.relative
-    result.iterations, result.status, result.objective = iterations, status, gap.primal
-    result.history = history or result.history
-    result.objective_history = {"iter": [iterations], "objective": [gap.primal]}
-    result.info.update(
-        problem=f"{problem.loss} + {engine_penalty.describe()}", n=shard.n, features=problem.n_features,
-        rows=problem.total_rows, lambda_max=largest, lam=lam_value,
-        lam_ratio=lam_value / largest if largest and lam_value is not None else None,
-        gap=gap.gap, relative_gap=gap.relative, dual_objective=gap.dual, screened=int(features - kept.sum()),
-        screened_columns=np.flatnonzero(~kept).tolist(),
-        kkt_residual=kkt, outer_iterations=outer, working_set_sizes=[row["working_set"] for row in outer_rows[1:]],
-        outer=outer_rows, working_set=True, settings=settings.as_dict(), penalty=penalty_object.name,
-        resumed_at=resumed_at, blas_threads=threads.threads, blas_threads_reason=threads.reason,
-        iterations_run=iterations - resumed_at,
-        nonzeros=int(np.count_nonzero(host_x)) + (int(float(x[-1]) != 0) if intercept else 0))
-    total = time.perf_counter() - start + (problem.setup_time if warm_start is None else 0.0)
-    solve_time, gap_time = solve_time - times_before[0], gap_time - times_before[1]  # this run's, as the engine's
-    result.timings = {"setup": setup_time, "gather": gather_time, "solve": solve_time, "gap": gap_time,
-                      "per_iteration": solve_time / max(iterations - resumed_at, 1),
-                      "x_step": result.timings.get("x_step", 0.0),
-                      "communication": result.timings.get("communication", 0.0), "total": total}
-    log.footer([f"status:      {status} after {outer} outer and {iterations} ADMM iterations",
+                self.stop = result.info["stop"]
+                self.certify(screening=False)
+                return
+
+    def certify(self, screening):
+        """The duality gap of the full problem at x (one pass over each shard's rows) with, when
+        ``screening``, the gap-safe test of what it proves zero; an outer row of the history and the log.
+        Returns the time so far (the same on every rank with a time limit)."""
+        xp, columns, x, comm = self.xp, self.columns, self.point.x, self.comm
+        tock = time.perf_counter()
+        margin = self.cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
+                                   float(x[-1]) if self.intercept else 0.0) if self.shard.active else None
+        self.gap, _ = dual_point(self.shard, self.engine_penalty, x, comm, theta_wanted=False, margin=margin)
+        self.correlation = np.asarray(backend.to_host(self.gap.correlation), dtype=float)
+        if screening:
+            self.kept &= sphere_test(self.shard, self.gap, self.norms, self.l1, comm)
+        self.gap_time += time.perf_counter() - tock
+        elapsed = time.perf_counter() - self.start
+        if self.settings.time_limit:  # one clock for every rank: the limit's decision and the inner settings
+            elapsed = comm.allreduce(elapsed, op=MPI.MAX)
+        gap, screened = self.gap, int(self.features - self.kept.sum())
+        self.outer_rows.append({"outer": self.outer, "working_set": int(len(columns)),
+                                "iterations": self.iterations, "gap": gap.gap, "relative_gap": gap.relative,
+                                "screened": screened, "time": elapsed})
+        self.log.row(self.outer, len(columns), screened, self.iterations, gap.primal, gap.gap, gap.relative,
+                     elapsed)
+        return elapsed
+
+    def stop_before_inner(self, elapsed):
+        """Why to stop after a certificate (a key of STATUS_OF_STOP), or None to solve on a new set."""
+        settings, comm = self.settings, self.comm
+        if comm.bcast(self.gap.relative <= self.tol, root=0):  # rank 0 decides, as for every choice below
+            if self.resuming:
+                self.log.note(f"resumed at iteration {self.iterations} (converged), nothing left to do")
+            return "gap_tol"
+        if self.iterations >= settings.max_iter:
+            return "max_iter"
+        if self.outer >= MAX_OUTER:
+            return "max_outer"
+        if settings.time_limit and elapsed >= settings.time_limit:
+            return "time_limit"
+        # SIGTERM between inner solves: the state above is on disk.  The flags are read, not taken, so a
+        # SIGUSR1 that came during the certificate is left for the next inner solve to write its checkpoint.
+        if self.checkpointer is not None and comm.allreduce(float(pending()[1]), op=MPI.MAX) > 0:
+            return "signal"
+        return None
+
+    def next_columns(self):
+        """Choose the next working set (rank 0's choice, broadcast) and gather its columns."""
+        xp, x, kept, features = self.xp, self.point.x, self.kept, self.features
+        host_x = np.asarray(backend.to_host(x[:features]))
+        support = (host_x != 0) & kept
+        if (host_x[~kept] != 0).any():  # coefficients proven zero at the optimum: set them so
+            drop = np.flatnonzero((host_x != 0) & ~kept)
+            x[xp.asarray(drop)] = 0.0
+            if self.point.u is not None:
+                self.point.u[xp.asarray(drop)] = 0.0
+        d = scores(self.correlation, self.norms, self.l1, kept)
+        chosen = self.comm.bcast(choose(d, support, len(self.columns), self.settings.working_set_size)
+                                 .astype(np.int64), root=0)
+        self.columns = self.cache.ordered(chosen)  # the cached ones first, in the cache's order
+        self.batches.append(self.columns)
+        self.cache.add(self.columns)
+
+    def inner_solve(self, elapsed):
+        """The problem restricted to the working set, warm-started, to a fraction of the current gap; its
+        answer is taken into x, u and rho and its history appended.  Returns its ADMMResult."""
+        columns = self.columns
+        block, gram = self.cache.take(columns)
+        sub = self.problem.on_columns(block, gram, x_solver="newton" if len(columns) + self.intercept
+                                      <= NEWTON_COLUMNS and self.shard.iterative else None)
+        result = self.point.solve_on(sub, columns, self.intercept, self.penalty_object, self.inner_settings(elapsed))
+        if self.resuming:  # the first inner solve after a resume may itself have resumed part-way
+            self.resumed_at, self.resuming = self.iterations + int(result.info.get("resumed_at") or 0), False
+        _append_history(self.history, result.history, self.iterations, self.solve_time)
+        self.iterations += result.iterations
+        self.solve_time += result.timings["solve"]
+        self.result = result
+        return result
+
+    def inner_settings(self, elapsed):
+        """The inner solve's settings.  One that stalls short of its tolerance returns for a new certificate
+        (which may already suffice): at most max(100, the iterations so far), so the caps grow geometrically."""
+        settings, gap, tol = self.settings, self.gap, self.tol
+        cap = max(INNER_MIN_CAP, self.iterations)
+        inner = dict(self.given, max_iter=min(settings.max_iter - self.iterations, cap),
+                     gap_tol=max(INNER_FRACTION * gap.relative, 0.5 * tol) if math.isfinite(gap.relative) else tol)
+        if settings.time_limit:
+            inner["time_limit"] = max(settings.time_limit - elapsed, 1e-9)
+        if self.checkpointer is not None:  # the inner solve checkpoints itself: a resume continues it bitwise
+            inner.update(checkpoint=_inner_path(settings.checkpoint, self.outer),
+                         checkpoint_every=settings.checkpoint_every)
+        return inner
+
+    def finish(self, lam_value, reducer_name):
+        """The ADMMResult of the full problem at x (the last inner solve's, completed), and the log's footer."""
+        xp, x, gap, features = self.xp, self.point.x, self.gap, self.features
+        host_x = np.asarray(backend.to_host(x[:features]))
+        gradient = self.correlation / gap.scale if gap.scale else self.correlation  # -grad of the loss at x
+        kkt = float(np.abs(host_x - np.asarray(backend.to_host(
+            self.penalty_object.prox(xp.asarray(host_x + gradient), 1.0)))).max()) if features else 0.0
+        result = self.result
+        if result is None:  # certified at the start (the warm start, or 0 above lambda_max): no ADMM iteration
+            result = ADMMResult(x=x, objective=gap.primal, iterations=0, status=None, history={},
+                                objective_history={}, timings={}, u=self.point.u, info={
+                                    "rho_final": self.point.rho, "rho_changes": 0, "ranks": self.comm.size,
+                                    "reducer": reducer_name, "intercept": self.intercept,
+                                    "loss": self.problem.loss, "backend": xp.__name__})
+        result.x, result.u, result.gap, result.relative_gap = x, self.point.u, gap.gap, gap.relative
+        result.iterations, result.status, result.objective = self.iterations, STATUS_OF_STOP[self.stop], gap.primal
+        result.history = self.history or result.history
+        result.objective_history = {"iter": [self.iterations], "objective": [gap.primal]}
+        result.info.update(self.info(lam_value, kkt, host_x))
+        result.timings = self.timings(result.timings)
+        self.log.footer(self.footer(result, kkt))
+        return result
+
+    def info(self, lam_value, kkt, host_x):
+        """The full problem's part of the result's ``info``."""
+        problem, gap, largest, kept, settings = self.problem, self.gap, self.largest, self.kept, self.settings
+        threads, x = self.threads, self.point.x
+        return dict(
+            problem=f"{problem.loss} + {self.engine_penalty.describe()}", n=self.shard.n,
+            features=problem.n_features, rows=problem.total_rows, lambda_max=largest, lam=lam_value,
+            lam_ratio=lam_value / largest if largest and lam_value is not None else None,
+            gap=gap.gap, relative_gap=gap.relative, dual_objective=gap.dual,
+            screened=int(self.features - kept.sum()), screened_columns=np.flatnonzero(~kept).tolist(),
+            kkt_residual=kkt, outer_iterations=self.outer,
+            working_set_sizes=[row["working_set"] for row in self.outer_rows[1:]],
+            outer=self.outer_rows, working_set=True, settings=settings.as_dict(), penalty=self.penalty_object.name,
+            resumed_at=self.resumed_at, blas_threads=threads.threads, blas_threads_reason=threads.reason,
+            iterations_run=self.iterations - self.resumed_at, stop=self.stop,
+            nonzeros=int(np.count_nonzero(host_x)) + (int(float(x[-1]) != 0) if self.intercept else 0))
+
+    def timings(self, inner):
+        """This run's seconds (as the engine's: a resumed run's earlier time is in the history only), with the
+        last inner solve's x-step and communication times ``inner``."""
+        self.total = time.perf_counter() - self.start + self.extra_setup
+        self.gather_time = self.cache.time - self.cache_time_before
+        solve_time, gap_time = self.solve_time - self.times_before[0], self.gap_time - self.times_before[1]
+        return {"setup": self.setup_time, "gather": self.gather_time, "solve": solve_time, "gap": gap_time,
+                "per_iteration": solve_time / max(self.iterations - self.resumed_at, 1),
+                "x_step": inner.get("x_step", 0.0), "communication": inner.get("communication", 0.0),
+                "total": self.total}
+
+    def footer(self, result, kkt):
+        gap, t = self.gap, result.timings
+        return [f"status:      {result.status} after {self.outer} outer and {self.iterations} ADMM iterations",
                 f"objective:   {gap.primal:.12e}",
                 f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {kkt:.3e}",
                 f"certificate: duality gap {gap.gap:.3e} (relative {gap.relative:.3e}), "
                 f"dual objective {gap.dual:.12e}",
-                f"nonzeros:    {result.info['nonzeros']} of {shard.n}; screened {result.info['screened']}",
-                f"time:        {total:.3f} s (setup {setup_time:.3f}, gather {gather_time:.3f}, "
-                f"ADMM {solve_time:.3f}, gaps {gap_time:.3f})"
-                + (f"; this run's, resumed at iteration {resumed_at}" if resumed else "")])
-    return result
+                f"nonzeros:    {result.info['nonzeros']} of {self.shard.n}; screened {result.info['screened']}",
+                f"time:        {self.total:.3f} s (setup {self.setup_time:.3f}, gather {self.gather_time:.3f}, "
+                f"ADMM {t['solve']:.3f}, gaps {t['gap']:.3f})"
+                + (f"; this run's, resumed at iteration {self.resumed_at}" if self.resumed else "")]
 
 
 def _inner_path(path, outer):
@@ -480,7 +542,8 @@ def _append_history(history, part, offset, time_offset):
         history.setdefault(key, []).extend(values)
 
 
-def _outer_log(enabled):
+def _outer_log(enabled, stream=None):
     from ..core.log import IterationLog
     return IterationLog(enabled, (("outer", "5d"), ("|W|", "6d"), ("screened", "8d"), ("iter", "7d"),
-                                  ("objective", "14.8e"), ("gap", "10.3e"), ("rel_gap", "10.3e"), ("time(s)", "9.3f")))
+                                  ("objective", "14.8e"), ("gap", "10.3e"), ("rel_gap", "10.3e"), ("time(s)", "9.3f")),
+                        stream=stream)

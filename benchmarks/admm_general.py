@@ -31,8 +31,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sparse_solvers  # noqa: E402
-from common import median_time, printer, summarize, wait_without_spinning, write_result  # noqa: E402
-from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
+from common import median_time, start, summarize, wait_without_spinning, write_result  # noqa: E402
+from mpiopt.core.threads import available_cores  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -51,20 +51,24 @@ def parse_args(argv=None):
     return sparse_solvers.apply_quick(parser.parse_args(argv))
 
 
+def output_path(args):
+    """The JSON's path: --output, else the part's (or the designs family's) default."""
+    if args.output:
+        return args.output
+    if args.part.endswith("-designs"):
+        return f"results/admm_{args.part.split('-')[0]}_designs.json"
+    return f"results/admm_{args.part}.json"
+
+
 def main(argv=None):
-    set_blas_threads_from_mpi()
+    args, comm, say = start(parse_args, argv, outputs=lambda args, comm: [output_path(args)])
     import numpy as np
     from mpi4py import MPI
 
-    from mpiopt.core.io import check_writable
     from mpiopt.data.synthetic import lasso_rows, make_lasso
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
     if args.part.endswith("-designs"):
-        return designs_suite(args, comm)
-    check_writable(args.output or f"results/admm_{args.part}.json", comm)  # before minutes of work, not after
-    say = printer(comm)
+        return designs_suite(args, comm, say)
     A, b, _ = make_lasso(args.rows, args.cols, correlation=args.correlation, comm=comm)
     say(f"# admm_general --part {args.part}: {args.rows} x {args.cols}, correlation {args.correlation}, "
         f"{comm.size} ranks, {available_cores()} cores")
@@ -76,17 +80,14 @@ def main(argv=None):
     payload = part(args, comm, A, b, full_data, say, np, MPI)
     payload.update(benchmark=f"admm_general-{args.part}", rows=args.rows, cols=args.cols, ranks=comm.size,
                    correlation=args.correlation)
-    write_result(comm, args.output or f"results/admm_{args.part}.json", payload)
+    write_result(comm, output_path(args), payload)
     return 0
 
 
-def designs_suite(args, comm):
+def designs_suite(args, comm, say):
     """Issue 14's L1-logistic or path comparison over the designs (sparse_solvers.py)."""
-    from mpiopt.core.io import check_writable
     family = args.part.split("-")[0]
-    output = args.output or f"results/admm_{family}_designs.json"
-    check_writable(output, comm)
-    say = printer(comm)
+    output = output_path(args)
     say(f"admm_general --part {args.part}: {comm.size} ranks, {available_cores()} cores, target {args.target:g}")
     payload = sparse_solvers.run_family(family, args, comm, say)
     payload.update(rows=args.rows, cols=args.cols)

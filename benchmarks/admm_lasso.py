@@ -41,8 +41,8 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import sparse_solvers  # noqa: E402
-from common import printer, summarize, timed, wait_without_spinning, write_result  # noqa: E402
-from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
+from common import start, summarize, timed, wait_without_spinning, write_result  # noqa: E402
+from mpiopt.core.threads import available_cores  # noqa: E402
 
 ADMM_TOLERANCES = (1e-3, 1e-4, 1e-5, 1e-6, 1e-8, 1e-10)
 SKLEARN_TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-6, 1e-8, 1e-10)
@@ -89,24 +89,27 @@ def given_options(parser, argv):
     return {name for name, value in vars(probe).items() if value is not marker and name != "quick"}
 
 
+def designs_run(args):
+    """Whether this run is issue 14's designs suite (--designs or --quick)."""
+    return args.designs is not None or args.quick
+
+
+def output_path(args):
+    """The JSON's path: --output; the designs suite's default differs from the single design's."""
+    if designs_run(args) and args.output == "results/admm_lasso.json":
+        return "results/admm_lasso_designs.json"
+    return args.output
+
+
 def main(argv=None):
-    set_blas_threads_from_mpi()
+    args, comm, say = start(parse_args, argv, outputs=lambda args, comm: [output_path(args), args.plot], plots=("plot",))
     import numpy as np
-    from mpi4py import MPI
 
     from mpiopt.admm import lasso
-    from mpiopt.admm.design import Design
-    from mpiopt.admm.losses import SquaredLossShard
-    from mpiopt.core import backend
-    from mpiopt.core.io import check_writable
     from mpiopt.data.synthetic import make_lasso
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    if args.designs is not None or args.quick:
-        return designs_suite(args, comm)
-    check_writable([args.output, args.plot], comm)  # before minutes of work, not after
-    say = printer(comm)
+    if designs_run(args):
+        return designs_suite(args, comm, say)
     say(f"admm_lasso benchmark: {args.rows} x {args.cols}, {comm.size} ranks, "
         f"{os.environ.get('OPENBLAS_NUM_THREADS')} BLAS thread(s) per rank, {available_cores()} cores")
 
@@ -137,7 +140,39 @@ def main(argv=None):
             "per_iteration": statistics.median(r.timings["per_iteration"] for r, _ in repeats)})
         say(f"  ADMM tol {tolerance:.0e}: {runs[-1]['iterations']} iterations, {runs[-1]['seconds']:.3f} s")
 
-    # The per-iteration floor: one cached-factor solve and one allreduce of n doubles.
+    per_iteration = per_iteration_floor(args, comm, A, b, lam)
+    if not args.no_sklearn:
+        runs += run_sklearn(args, comm, lam, objective, min(run["objective"] for run in runs), say)
+
+    reference = min(run["objective"] for run in runs)
+    for run in runs:
+        run["relative_gap"] = (run["objective"] - reference) / reference
+    summary = summarize(runs, args.target)
+    if comm.rank == 0:
+        print_tables(args, comm.size, runs, summary, per_iteration, reference)
+    write_result(comm, args.output, {
+        "benchmark": "admm_lasso", "rows": args.rows, "cols": args.cols, "ranks": comm.size,
+        "correlation": args.correlation, "density": args.density, "noise": args.noise, "cores": available_cores(),
+        "lam": lam, "lambda_max": lambda_max, "repeat": args.repeat, "target": args.target,
+        "reference_objective": reference, "runs": runs, "time_to_solution": summary, "per_iteration": per_iteration})
+    if comm.rank == 0 and args.plot:
+        plot(runs, args.plot, args.target, f"lasso {args.rows} x {args.cols}, column correlation "
+             f"{args.correlation}, {comm.size} ranks (median of {args.repeat})")
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+def per_iteration_floor(args, comm, A, b, lam):
+    """ADMM's seconds per iteration against the floor, one cached-factor solve and one allreduce of n
+    doubles, timed in alternation."""
+    import numpy as np
+    from mpi4py import MPI
+
+    from mpiopt.admm import lasso
+    from mpiopt.admm.design import Design
+    from mpiopt.admm.losses import SquaredLossShard
+    from mpiopt.core import backend
+
     shard = SquaredLossShard(Design(A, False, np), b, np)
     shard.factorize(args.rho)
     buffer = np.zeros(args.cols)
@@ -157,39 +192,13 @@ def main(argv=None):
                                               eps_rel=0.0, max_iter=args.iterations, adaptive_rho="none", anderson=0))
         steady.append(comm.allreduce(result.timings["per_iteration"], op=MPI.MAX))
         ratios.append(steady[-1] / floor_samples[-1])
-    del shard
-
-    if not args.no_sklearn:
-        runs += run_sklearn(args, comm, lam, objective, min(run["objective"] for run in runs), say)
-
-    reference = min(run["objective"] for run in runs)
-    for run in runs:
-        run["relative_gap"] = (run["objective"] - reference) / reference
-    summary = summarize(runs, args.target)
-    per_iteration = {"iterations": args.iterations, "admm": statistics.median(steady),
-                     "floor": statistics.median(floor_samples), "ratio": statistics.median(ratios),
-                     "ratios": ratios}
-
-    if comm.rank == 0:
-        print_tables(args, comm.size, runs, summary, per_iteration, reference)
-    write_result(comm, args.output, {
-        "benchmark": "admm_lasso", "rows": args.rows, "cols": args.cols, "ranks": comm.size,
-        "correlation": args.correlation, "density": args.density, "noise": args.noise, "cores": available_cores(),
-        "lam": lam, "lambda_max": lambda_max, "repeat": args.repeat, "target": args.target,
-        "reference_objective": reference, "runs": runs, "time_to_solution": summary, "per_iteration": per_iteration})
-    if comm.rank == 0 and args.plot:
-        plot(runs, args.plot, args.target, f"lasso {args.rows} x {args.cols}, column correlation "
-             f"{args.correlation}, {comm.size} ranks (median of {args.repeat})")
-        print(f"plot written to {args.plot}")
-    return 0
+    return {"iterations": args.iterations, "admm": statistics.median(steady),
+            "floor": statistics.median(floor_samples), "ratio": statistics.median(ratios), "ratios": ratios}
 
 
-def designs_suite(args, comm):
+def designs_suite(args, comm, say):
     """Issue 14's lasso comparison over five designs (sparse_solvers.py)."""
-    from mpiopt.core.io import check_writable
-    output = args.output if args.output != "results/admm_lasso.json" else "results/admm_lasso_designs.json"
-    check_writable(output, comm)
-    say = printer(comm)
+    output = output_path(args)
     kept = ", ".join("--" + name.replace("_", "-") for name in args.kept)
     say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, lam = {args.lam_ratio} lambda_max, "
         f"target {args.target:g}" + (f"; --quick sizes except {kept}, as given" if kept else

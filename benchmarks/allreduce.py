@@ -27,8 +27,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from common import printer, size_argument, write_result  # noqa: E402
-from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+from common import size_argument, start, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -53,19 +52,14 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
+    args, comm, say = start(parse_args, argv, outputs=("output", "plot"), plots=("plot",))
     import numpy as np
     from mpi4py import MPI
 
     from mpiopt.collectives import get_reducer
     from mpiopt.collectives.models import fit_alpha_beta, fit_gamma_copy, predict
-    from mpiopt.core.io import check_writable
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    check_writable([args.output, args.plot], comm)  # before minutes of work, not after
     p, rank = comm.Get_size(), comm.Get_rank()
-    say = printer(comm)
     dtype = np.dtype(args.datatype)
     names = ["mpi"] + [n for n in args.reducers.split(",") if n and n != "mpi"]
     reducers = {name: get_reducer("hier" if name == "hier-shm" else name, comm, check=False) for name in names}
@@ -84,46 +78,17 @@ def main(argv=None):
               f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'vs_mpi':>7} {'model(us)':>10}")
     say(header)
 
-    sizes = []
-    size = max(args.minbytes, dtype.itemsize)
-    while size <= args.maxbytes:
-        sizes.append(size)
-        size *= args.stepfactor
     rows = []
-    for nbytes in sizes:
+    for nbytes in message_sizes(args, dtype):
         count = nbytes // dtype.itemsize
         pattern = ((np.arange(count) % 7) + 1).astype(dtype)
         sendbuf = (pattern * dtype.type(rank + 1)).astype(dtype)
         recvbuf = np.empty_like(sendbuf)
-        expected = (pattern * dtype.type(p * (p + 1) // 2)).astype(dtype)
-        if args.op == "mean":
-            expected = (expected / dtype.type(p)).astype(dtype)
-        elif args.op in ("max", "min"):
-            expected = (pattern * dtype.type(p if args.op == "max" else 1)).astype(dtype)
+        expected = expected_result(pattern, p, args.op)
         mpi_time = None
         for name, reducer in reducers.items():
             call = Call(name, reducer, sendbuf, recvbuf, args.op)
-            for _ in range(args.warmup_iters):
-                call.prepare()
-                call.run()
-            call.prepare()
-            comm.Barrier()
-            start = time.perf_counter()
-            call.run()
-            estimate = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
-            # At least --iters calls, more for small messages (up to 1000, about 50 ms in all, as OSU
-            # does) so a passing disturbance cannot move the median; fewer (>= 3) past --max-seconds.
-            iterations = max(args.iters, min(1000, int(0.05 / max(estimate, 1e-9))))
-            iterations = max(3, min(iterations, int(args.max_seconds / max(estimate, 1e-9))))
-            times = np.empty(iterations)
-            for i in range(iterations):
-                call.prepare()
-                comm.Barrier()
-                start = time.perf_counter()
-                call.run()
-                times[i] = time.perf_counter() - start
-            comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
-            seconds = float(np.median(times))
+            seconds, iterations = time_call(comm, args, call)
             recvbuf[...] = 0
             call.prepare()
             call.run()
@@ -157,6 +122,55 @@ def main(argv=None):
         plot(rows, names, p, args)
         print(f"# plot written to {args.plot}")
     return 0
+
+
+def message_sizes(args, dtype):
+    """--minbytes (at least one element) to --maxbytes, multiplied by --stepfactor."""
+    sizes, size = [], max(args.minbytes, dtype.itemsize)
+    while size <= args.maxbytes:
+        sizes.append(size)
+        size *= args.stepfactor
+    return sizes
+
+
+def expected_result(pattern, p, op):
+    """The reduction of rank r's ``pattern * (r + 1)`` over ``p`` ranks by ``op``, exactly."""
+    import numpy as np
+    dtype = pattern.dtype
+    expected = (pattern * dtype.type(p * (p + 1) // 2)).astype(dtype)
+    if op == "mean":
+        return (expected / dtype.type(p)).astype(dtype)
+    if op in ("max", "min"):
+        return (pattern * dtype.type(p if op == "max" else 1)).astype(dtype)
+    return np.asarray(expected)
+
+
+def time_call(comm, args, call):
+    """(the median over the ranks' slowest of each timed call, in seconds, the number of timed calls),
+    after --warmup_iters untimed ones."""
+    import numpy as np
+    from mpi4py import MPI
+    for _ in range(args.warmup_iters):
+        call.prepare()
+        call.run()
+    call.prepare()
+    comm.Barrier()
+    began = time.perf_counter()
+    call.run()
+    estimate = comm.allreduce(time.perf_counter() - began, op=MPI.MAX)
+    # At least --iters calls, more for small messages (up to 1000, about 50 ms in all, as OSU
+    # does) so a passing disturbance cannot move the median; fewer (>= 3) past --max-seconds.
+    iterations = max(args.iters, min(1000, int(0.05 / max(estimate, 1e-9))))
+    iterations = max(3, min(iterations, int(args.max_seconds / max(estimate, 1e-9))))
+    times = np.empty(iterations)
+    for i in range(iterations):
+        call.prepare()
+        comm.Barrier()
+        began = time.perf_counter()
+        call.run()
+        times[i] = time.perf_counter() - began
+    comm.Allreduce(MPI.IN_PLACE, times, op=MPI.MAX)
+    return float(np.median(times)), iterations
 
 
 class Call:

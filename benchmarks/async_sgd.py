@@ -41,8 +41,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import printer, wait_without_spinning, write_result  # noqa: E402
-from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+from common import start, wait_without_spinning, write_result  # noqa: E402
 
 METHODS = ("minibatch", "asgd", "rennala", "ringmaster")
 PARTS = ("mpi", "sim1000", "sim10000", "throughput", "ringmaster")
@@ -305,20 +304,14 @@ def plot(path, config):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
-    from mpi4py import MPI
-
     from mpiopt.core.comm import check_collectively
-    from mpiopt.core.io import check_writable
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
+    args, comm, say = start(parse_args, argv, plots=("plot",), outputs=lambda args, comm: [
+        args.output, *plot_paths(args, configurations(args, comm.size)).values()])
     check_collectively(comm, "the mpi part needs at least 2 ranks (a server and a worker)"
                        if "mpi" in args.parts and comm.size < 2 and comm.rank == 0 else None)
     configs = configurations(args, comm.size)
     paths = plot_paths(args, configs)
-    check_writable([args.output, *paths.values()], comm)
-    say = printer(comm)
     started, load = time.perf_counter(), os.getloadavg()
     results = [time_to_epsilon_part(comm, config, args, say) for config in configs]
     throughput = throughput_part(comm, args, say) if "throughput" in args.parts else None

@@ -1,5 +1,10 @@
-"""Plumbing every benchmark shares: sizes, barrier-timed medians, the non-spinning wait, output on rank 0.
+"""Plumbing every benchmark shares: the opening of main, sizes, barrier-timed medians, the non-spinning wait,
+output on rank 0.
 
+* ``start(parse_args, argv, outputs, plots)``: every ``main``'s opening, (args,
+  comm, say): this rank's share of the cores for BLAS, the arguments, the
+  communicator, the output files checked (and matplotlib, for a plot) on every
+  rank before minutes of work, rank 0's printer;
 * ``size_argument``: "8", "64K", "256M", "1G" as bytes (the OSU / nccl-tests syntax);
 * ``timed(comm, function)``: the ranks start together (a barrier) and the time
   reported is the slowest rank's; ``median_time`` repeats it and takes the median;
@@ -14,6 +19,37 @@ import statistics
 import time
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def start(parse_args, argv=None, outputs=("output",), plots=(), comm=None):
+    """The opening of every benchmark's ``main``: returns (args, comm, say).
+
+    It gives this rank its share of the node's cores for BLAS and OpenMP before
+    numpy's libraries start their thread pools (``set_blas_threads_from_mpi``),
+    parses ``argv`` with ``parse_args``, takes ``comm`` (COMM_WORLD by default:
+    ``resolve_comm``), and checks collectively, before minutes of work, that
+    rank 0 can write the files that the arguments named in ``outputs`` hold
+    (None values are skipped; a callable of ``args`` and ``comm`` gives the paths itself)
+    and that matplotlib imports when one of the arguments ``plots`` is given.
+    ``say`` prints on rank 0 only."""
+    from mpiopt.core.threads import set_blas_threads_from_mpi
+    set_blas_threads_from_mpi()
+    args = parse_args(argv)
+    from mpiopt.core.comm import check_collectively, resolve_comm
+    from mpiopt.core.io import check_writable
+    comm = resolve_comm(comm)
+    paths = outputs(args, comm) if callable(outputs) else [getattr(args, name) for name in outputs]
+    check_writable(list(paths), comm)
+    wanted = [f"--{name}" for name in plots if getattr(args, name, None)]
+    problem = None
+    if wanted and comm.rank == 0:
+        from mpiopt.core.result import require_plotting
+        try:
+            require_plotting()
+        except ImportError as error:
+            problem = f"{wanted[0]}: {error}"
+    check_collectively(comm, problem)
+    return args, comm, printer(comm)
 
 
 def size_argument(text):

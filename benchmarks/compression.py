@@ -37,8 +37,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import median_time, printer, size_argument, write_result  # noqa: E402
-from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+from common import median_time, size_argument, start, write_result  # noqa: E402
 
 # name, options, label: each compressor at the settings the issue names.
 CONFIGS = [
@@ -73,19 +72,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
-    import numpy as np
-    from mpi4py import MPI
+    args, comm, say = start(parse_args, argv, outputs=("output", "plot"), plots=("plot",))
+    from mpiopt.collectives.models import Fitted, fit_alpha_beta, fit_gamma_copy
 
-    from mpiopt.collectives import get_reducer
-    from mpiopt.collectives.models import Fitted, fit_alpha_beta, fit_gamma_copy, on_network, predict_compressed
-    from mpiopt.compression import bucket_payload_bytes, get_compressor
-    from mpiopt.core.io import check_writable
-
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    check_writable([args.output, args.plot], comm)
-    say = printer(comm)
     wanted = set(args.compressors.split(","))
     configs = [config for config in CONFIGS if config[2] in wanted]
     alpha, beta = fit_alpha_beta(comm)
@@ -93,8 +82,28 @@ def main(argv=None):
     fitted = Fitted(alpha, beta, gamma, copy)
     say(f"# compression benchmark: {comm.size} ranks; fitted alpha = {alpha * 1e6:.2f} us, "
         f"beta = {beta * 1e9:.3f} ns/B, gamma = {gamma * 1e9:.3f} ns/B")
+    codec = codec_part(args, comm, configs, say)
+    allreduce = allreduce_part(args, comm, configs, say)
+    # 3. Training the MLP, each compressor against none.
+    training = train_part(args, comm, configs, say)
+    predictions = predictions_part(training, configs, fitted)
+    payload = {"benchmark": "compression", "ranks": comm.size, "fitted": fitted._asdict(), "repeat": args.repeat,
+               "codec": codec, "allreduce": allreduce, "allreduce_bytes": args.allreduce_size, "training": training,
+               "predictions": predictions, "networks_gbps": NETWORKS, "predicted_ranks": RANKS}
+    say("\n" + report.compression_tables(payload))
+    write_result(comm, args.output, payload)
+    if comm.rank == 0 and args.plot:
+        plot(training, predictions, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
 
-    # 1. Ratio and throughput of each compressor, on rank 0's core alone.
+
+def codec_part(args, comm, configs, say):
+    """1. Ratio and throughput of each compressor, on rank 0's core alone (every rank gets the rows)."""
+    import numpy as np
+
+    from mpiopt.compression import get_compressor
+
     sizes = [size_argument(text) for text in args.sizes.split(",")]
     codec = []
     if comm.rank == 0:
@@ -117,9 +126,15 @@ def main(argv=None):
                 say(f"  {label:<13} {nbytes >> 20:>4} MiB: {nbytes / payload:7.1f}x fewer bytes, compress "
                     f"{nbytes / compress / 1e9:6.2f} GB/s, decompress {nbytes / decompress / 1e9:6.2f} GB/s, "
                     f"both {codec[-1]['throughput_gbs']:.2f} GB/s")
-    codec = comm.bcast(codec, root=0)
+    return comm.bcast(codec, root=0)
 
-    # 2. One all-reduce through the compressed reducer over the ring, beside the ring and MPI.
+
+def allreduce_part(args, comm, configs, say):
+    """2. One all-reduce through the compressed reducer over the ring, beside the ring and MPI."""
+    import numpy as np
+
+    from mpiopt.collectives import get_reducer
+
     gradient = np.random.default_rng(comm.rank).standard_normal(args.allreduce_size // 4).astype(np.float32)
     allreduce = []
     baselines = [("MPI_Allreduce", "mpi", None, {}), ("ring", "ring", None, {})]
@@ -135,11 +150,17 @@ def main(argv=None):
         say(f"  all-reduce of {args.allreduce_size >> 20} MiB, {label:<14}: {seconds * 1e3:8.2f} ms"
             + (f", {sent} bytes sent by rank 0" if sent is not None else ""))
         reducer.close()
+    return allreduce
 
-    # 3. Training the MLP, each compressor against none.
-    training = train_part(args, comm, configs, say)
 
-    # 4. The network model: predicted time per step of that MLP's gradient, on links this machine does not have.
+def predictions_part(training, configs, fitted):
+    """4. The network model: predicted time per step of that MLP's gradient, on links this machine does not
+    have."""
+    import numpy as np
+
+    from mpiopt.collectives.models import on_network, predict_compressed
+    from mpiopt.compression import bucket_payload_bytes, get_compressor
+
     predictions = []
     for run in training["runs"]:
         label = run["compressor"]
@@ -155,15 +176,7 @@ def main(argv=None):
                 step = run["compute_per_step"] + wire
                 predictions.append({"compressor": label, "gbps": gbps, "ranks": p, "path": path,
                                     "payload_bytes": payload, "communication_s": wire, "step_s": step})
-    payload = {"benchmark": "compression", "ranks": comm.size, "fitted": fitted._asdict(), "repeat": args.repeat,
-               "codec": codec, "allreduce": allreduce, "allreduce_bytes": args.allreduce_size, "training": training,
-               "predictions": predictions, "networks_gbps": NETWORKS, "predicted_ranks": RANKS}
-    say("\n" + report.compression_tables(payload))
-    write_result(comm, args.output, payload)
-    if comm.rank == 0 and args.plot:
-        plot(training, predictions, args.plot)
-        print(f"plot written to {args.plot}")
-    return 0
+    return predictions
 
 
 def _seconds(function):

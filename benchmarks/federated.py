@@ -35,8 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import printer, write_result  # noqa: E402
-from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+from common import start, write_result  # noqa: E402
 
 # (label, strategy, E, B here, B in the paper): the paper's clients hold 600 rows, ours about 13, so its B = 50
 # (12 steps an epoch) and B = 10 (60) become B = 10 (2 steps) and B = 2 (7 steps); None is all of a client's rows.
@@ -159,7 +158,7 @@ def fedprox(pieces, args, say):
 
 
 def plot(path, payload):
-    from mpiopt.federated.result import require_plotting
+    from mpiopt.core.result import require_plotting
     plt = require_plotting()
     figure, axes = plt.subplots(1, 5, figsize=(22, 4))
     for axis, split in zip(axes[:2], ("iid", "pathological")):
@@ -181,25 +180,9 @@ def plot(path, payload):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
-    from mpi4py import MPI
-
-    from mpiopt.core.comm import check_collectively
-    from mpiopt.core.io import check_writable
+    args, comm, say = start(parse_args, argv, outputs=("output", "plot"), plots=("plot",))
     from mpiopt.data import load_dataset
-    from mpiopt.federated.result import require_plotting
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    check_writable([args.output, args.plot], comm)
-    problem = None
-    if args.plot and comm.rank == 0:  # before the runs, not after them
-        try:
-            require_plotting()
-        except ImportError as error:
-            problem = f"--plot: {error}"
-    check_collectively(comm, problem)
-    say = printer(comm)
     data = load_dataset("digits", comm=comm)
     pieces = Pieces(comm)
     try:

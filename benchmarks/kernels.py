@@ -63,8 +63,8 @@ import traceback
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import size_argument  # noqa: E402
-from mpiopt.core.threads import available_cores, set_blas_threads_from_mpi  # noqa: E402
+from common import size_argument, start  # noqa: E402
+from mpiopt.core.threads import available_cores  # noqa: E402
 
 BANDWIDTH_TARGET = 0.70        # fraction of the peak, at TARGET_FROM bytes and more
 TARGET_FROM = 64 << 20
@@ -524,19 +524,16 @@ def targets(result):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
     from mpi4py import MPI
 
-    from mpiopt.core.io import check_writable, write_json
+    from mpiopt.core.io import write_json
 
-    args = parse_args(argv)
+    args, _, say = start(parse_args, argv, comm=MPI.COMM_SELF)  # one process: it measures one GPU
     if MPI.COMM_WORLD.size > 1:
         if MPI.COMM_WORLD.rank == 0:
             print("kernels benchmark: run it as one process (it measures one GPU), not under mpiexec -n "
                   f"{MPI.COMM_WORLD.size}", file=sys.stderr)
         return 2
-    check_writable([args.output], MPI.COMM_SELF)   # before minutes of work, not after
-    say = lambda *a: print(*a, flush=True)  # noqa: E731
 
     cupy, reason = (None, "--cpu-only") if args.cpu_only else find_gpu()
     if cupy is None and not args.cpu_only:

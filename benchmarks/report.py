@@ -388,12 +388,47 @@ RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_ge
              "async_sgd": async_sgd_tables, "kernels": kernels_tables}
 
 
-def sparse_solver_tables(result):
-    """The designs suite of issue 14 (benchmarks/sparse_solvers.py renders its own tables)."""
-    import os
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from sparse_solvers import render_tables
-    return render_tables(result)
+COMPETITOR_MODULES = {"scikit-learn": "sklearn", "celer": "celer", "skglm": "skglm"}  # package: module
+
+
+def _cell(value, form):
+    return "-" if value is None else format(value, form)
+
+
+def sparse_solver_tables(payload):
+    """Issue 14's designs suite (benchmarks/sparse_solvers.py): one table per family, one line per design
+    and solver."""
+    family = payload["family"]
+    title = {"lasso": "Lasso", "logistic": "L1 logistic regression",
+             "path": f"Lasso path ({payload.get('n_lams')} weights, lambda_max to "
+                     f"{payload.get('lam_min_ratio')} lambda_max)"}[family]
+    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn (dense designs)",
+                 "logistic": "skglm", "path": "scikit-learn lasso_path (Fortran order)"}[family]
+    lam_text = "" if family == "path" else f", lam = {payload['lam_ratio']} lambda_max"
+    lines = [f"{title}: time to a relative objective gap of {payload['target']:g}, {payload['ranks']} ranks (ADMM), "
+             f"competitors on rank 0 with {payload['cores']} cores{lam_text}; median of {payload['repeat']}; "
+             f"target: ADMM at most {yardstick}", "",
+             "| design | solver | time to target (s) | rel. objective gap reached | iterations | "
+             "mpiopt rel. duality gap | ratio to fastest competitor | target met? |",
+             "|---|---|---:|---:|---:|---:|---:|:---:|"]
+    for entry in payload["designs"]:
+        for row in entry["rows_of_table"]:
+            if "seconds" not in row:
+                lines.append(f"| {entry['design']} | {row['solver']} | {row['status']} | | | | | |")
+                continue
+            time_cell = f"{row['seconds']:.4g}" + ("" if row["status"] == "reached" else " (not reached)")
+            iterations = _cell(row["iterations"], "d")
+            if row.get("outer_iterations") is not None:
+                iterations += f" ({row['outer_iterations']} outer)"
+            met = row.get("target_met", "")
+            met = "" if row["package"] != "mpiopt" else {True: "yes", False: "no", None: "-"}[met]
+            lines.append(f"| {entry['design']} | {row['solver']} (tol {row['tolerance']:.0e}) | {time_cell} | "
+                         f"{row['relative_gap']:.1e} | {iterations} | {_cell(row.get('mpiopt_relative_gap'), '.1e')} | "
+                         f"{_cell(row.get('ratio_to_fastest_competitor'), '.2f')} | {met} |")
+    lines += ["", "Designs: " + "; ".join(f"{e['design']}: {e['description']}" for e in payload["designs"]),
+              "Installed: " + ", ".join(f"{k} {payload['versions'].get(COMPETITOR_MODULES[k]) if v else 'no'}"
+                                        for k, v in payload["installed"].items())]
+    return "\n".join(lines)
 
 
 for _name in ("admm_lasso-designs", "admm_general-logistic-designs", "admm_general-path-designs"):

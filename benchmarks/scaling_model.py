@@ -285,7 +285,7 @@ def measured_phases(run):
             "overhead": other, "gap": t.get("gap"), "solve": solve, "total": wall}
 
 
-def main():
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one rank, serial (for the tests)")
     parser.add_argument("--ranks", type=int, nargs="+", default=None, help="rank counts to measure (1 2 4)")
@@ -293,16 +293,55 @@ def main():
     parser.add_argument("--out", default=str(ROOT / "results" / "scaling_model.json"))
     parser.add_argument("--stage", choices=["delta", "network", "measure"], help=argparse.SUPPRESS)
     parser.add_argument("--result", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     if args.stage:
         return child(args)
-    from mpiopt.admm import scaling
     ranks = args.ranks or ([1] if args.quick else [1, 2, 4])
     started = time.perf_counter()
     timeout = 600
+    fitted, compute, net, network, cluster = fit_models(args, ranks, timeout)
+    runs = []
+    for p in ranks:
+        runs.extend(run_child("measure", p, args.quick, args.repeat, timeout))
+    measure_seconds = time.perf_counter() - started
 
+    say = print
+    print_parameters(say, args, compute, net, network)
+    allreduce_check(say, net, network)
+    checks = phase_checks(say, runs, ranks, compute, network)
+    projections = projections_part(say, runs, ranks, compute, network, cluster)
+    say(f"\nMeasured in {measure_seconds:.0f} s.")
+
+    payload = {"quick": args.quick, "ranks": ranks, "cores": os.cpu_count(),
+               "compute": {k: getattr(compute, k) for k in ("gamma_flop", "gamma_chol", "gamma_mem", "gamma_trsv",
+                                                           "gamma_vec", "delta", "delta_gap", "gamma_square", "x_call", "comm_call",
+                                                           "delta_solve")},
+               "network": vars(network) if not hasattr(network, "__dataclass_fields__") else
+               {k: getattr(network, k) for k in network.__dataclass_fields__},
+               "cluster": {k: getattr(cluster, k) for k in cluster.__dataclass_fields__},
+               "kernel_timings": fitted["raw"], "allreduce": net, "runs": runs, "checks": checks,
+               "projections": {key: [{k: v for k, v in row.items()} for row in rows]
+                               for key, rows in projections.items()},
+               "seconds": measure_seconds}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(payload, indent=1, default=float))
+    say(f"JSON written to {args.out}")
+    return 0
+
+
+
+
+def fit_models(args, ranks, timeout):
+    """(the raw fits, the compute model, the 2-rank network measurements or None, this machine's network
+    model, the cluster's)."""
+    from mpiopt.admm import scaling
     fitted = stage_compute(args.quick)
     fitted.update(run_child("delta", 1, args.quick, 1, timeout))
     rates = fitted["rates"]
@@ -320,12 +359,12 @@ def main():
     cluster = scaling.Network(CLUSTER["alpha"], CLUSTER["beta"], network.gamma_red, network.copy,
                               CLUSTER["ranks_per_node"])
 
-    runs = []
-    for p in ranks:
-        runs.extend(run_child("measure", p, args.quick, args.repeat, timeout))
-    measure_seconds = time.perf_counter() - started
+    return fitted, compute, net, network, cluster
 
-    say = print
+
+def print_parameters(say, args, compute, net, network):
+    """The table of the fitted parameters."""
+    from mpiopt.admm import scaling
     say(f"# Scaling model of consensus ADMM (mpiopt.admm.scaling){' [quick]' if args.quick else ''}\n")
     say("Fitted on this machine (one thread per rank):\n")
     params = [("gamma_flop (Gram, syrk)", compute.gamma_flop, "s/flop", 1 / compute.gamma_flop / 1e9, "GFlop/s"),
@@ -348,6 +387,11 @@ def main():
     say(scaling.format_table(["parameter", "value", "unit", "rate", ""],
                              [(name, f"{value:.3g}", unit, "" if rate is None else f"{rate:.3g}", runit)
                               for name, value, unit, rate, runit in params]))
+
+
+def allreduce_check(say, net, network):
+    """All-reduce at 2 ranks, measured against modelled (when there is a network to measure)."""
+    from mpiopt.admm import scaling
     allreduce_rows = []
     if net:
         for count, t_mpi, t_auto in zip(net["counts"], net["mpi"], net["auto"]):
@@ -359,6 +403,11 @@ def main():
         say(scaling.format_table(["doubles", "MPI measured", "MPI model", "ratio", "auto measured", "auto model",
                                   "ratio"], allreduce_rows))
 
+
+
+def phase_checks(say, runs, ranks, compute, network):
+    """Predicted against measured, per phase of every run; returns the rows."""
+    from mpiopt.admm import scaling
     check_rows, checks = [], []
     for run in runs:
         if "error" in run:
@@ -383,6 +432,12 @@ def main():
     say(scaling.format_table(["case", "solver", "ranks", "iterations", "phase", "predicted", "measured", "ratio"],
                              check_rows))
 
+    return checks
+
+
+def projections_part(say, runs, ranks, compute, network, cluster):
+    """The model's projections to larger problems, on this machine's network and the cluster's."""
+    from mpiopt.admm import scaling
     projections = {}
     reference = next((r for r in runs if r["case"] == "A" and r["solver"] == "full" and "error" not in r), None)
     iterations = reference["iterations"] if reference else 10
@@ -405,23 +460,7 @@ def main():
                           scaling.seconds(there["total"]), f"{there['efficiency']:.2f}"))
         say(scaling.format_table(["ranks", "shard", "memory/rank", "fits", "setup", "solve (here)", "total (here)",
                                   "eff. (here)", "solve (cluster)", "total (cluster)", "eff. (cluster)"], table))
-    say(f"\nMeasured in {measure_seconds:.0f} s.")
-
-    payload = {"quick": args.quick, "ranks": ranks, "cores": os.cpu_count(),
-               "compute": {k: getattr(compute, k) for k in ("gamma_flop", "gamma_chol", "gamma_mem", "gamma_trsv",
-                                                           "gamma_vec", "delta", "delta_gap", "gamma_square", "x_call", "comm_call",
-                                                           "delta_solve")},
-               "network": vars(network) if not hasattr(network, "__dataclass_fields__") else
-               {k: getattr(network, k) for k in network.__dataclass_fields__},
-               "cluster": {k: getattr(cluster, k) for k in cluster.__dataclass_fields__},
-               "kernel_timings": fitted["raw"], "allreduce": net, "runs": runs, "checks": checks,
-               "projections": {key: [{k: v for k, v in row.items()} for row in rows]
-                               for key, rows in projections.items()},
-               "seconds": measure_seconds}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(payload, indent=1, default=float))
-    say(f"JSON written to {args.out}")
-    return 0
+    return projections
 
 
 if __name__ == "__main__":

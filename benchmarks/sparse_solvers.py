@@ -52,12 +52,13 @@ import warnings
 
 import numpy as np
 
+from report import COMPETITOR_MODULES as MODULES, sparse_solver_tables as render_tables  # the tables: report's
+
 DESIGNS = ("independent", "corr0.5", "corr0.9", "wide", "sparse")
 DENSE = ("independent", "corr0.5", "corr0.9", "wide")
 TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-10)  # loose first: the time is the loosest rung's
 LIBLINEAR_TOLERANCES = TOLERANCES
 COMPETITORS = ("scikit-learn", "celer", "skglm")
-MODULES = {"scikit-learn": "sklearn", "celer": "celer", "skglm": "skglm"}
 
 
 def add_arguments(parser, family):
@@ -413,29 +414,9 @@ def run_family(family, args, comm, say):
     import scipy.sparse as sp
 
     from common import wait_without_spinning
-    from mpiopt.admm import lasso, logistic_regression
-    from mpiopt.admm.path import regularization_path
     from mpiopt.core.partition import row_range
-    from mpiopt.core.threads import available_cores
 
-    wanted = [name.strip() for name in args.competitors.split(",") if name.strip()]
-    pretend = {name.strip() for name in args.pretend_missing.split(",") if name.strip()}
-    available = installed(COMPETITORS, pretend) if comm.rank == 0 else None
-    available = comm.bcast(available, root=0)
-    available = {name: available[name] and name in wanted for name in COMPETITORS} | {"mpiopt": True}
-    versions = comm.bcast(package_versions(available) if comm.rank == 0 else None, root=0)
-    variants = working_set_variants()
-    designs = chosen_designs(args.designs)
-    if family == "path" and args.designs is None:
-        designs = ("independent",)
-    payload = {"benchmark": {"lasso": "admm_lasso-designs", "logistic": "admm_general-logistic-designs",
-                             "path": "admm_general-path-designs"}[family],
-               "family": family, "ranks": comm.size, "cores": available_cores(), "lam_ratio": args.lam_ratio,
-               "target": args.target, "repeat": args.repeat, "tolerances": list(TOLERANCES),
-               "installed": {name: available[name] for name in COMPETITORS}, "versions": versions,
-               "working_set_variants": [None if v is None else bool(v) for v in variants], "designs": []}
-    if family == "path":
-        payload.update(n_lams=args.n_lams, lam_min_ratio=args.lam_min_ratio)
+    payload, available, variants, designs = family_payload(family, args, comm)
     for name in designs:
         started = time.perf_counter()
         A, b = make_design(name, args, logistic=(family == "logistic"))
@@ -459,72 +440,14 @@ def run_family(family, args, comm, say):
         # Competitors on rank 0, the full design in its preferred layout; the other ranks sleep.
         competitor_runs, best, reference_by = [], None, []
         if comm.rank == 0:
-            X = preferred_layout(A)
-            if family == "lasso":
-                fitters = lasso_fitters(m, lam, not tall_dense)
-                full_score = squared_objective(A, b, lam)
-                # (celer at 1e-12 takes half a minute at 100000 x 1000; it still runs its ladder)
-                references = ["skglm Lasso"] + (["scikit-learn Lasso (precompute=True)"] if tall_dense else [])
-            elif family == "logistic":
-                fitters = logistic_fitters(m, lam)
-                full_score = logistic_objective(A, b, lam)
-                references = ["skglm SparseLogisticRegression"]
-            else:
-                fitters = path_fitters(m, lams, tall_dense)
-                objectives = [squared_objective(A, b, value) for value in lams]
-
-                def full_score(coefs):
-                    return [objective(coef) for objective, coef in zip(objectives, coefs)]
-                references = ["skglm Lasso.path", "scikit-learn lasso_path"]
-            best, reference_by = reference_objectives(fitters, available, X, b, full_score, references)
-            if best is None:  # neither reference solver installed: scikit-learn's first fitter, tightly
-                label = next(iter(fitters))
-                best, reference_by = reference_objectives(fitters, available, X, b, full_score, [label])
-            if best is None:
-                best = np.full(len(lams) if lams is not None else 1, np.inf)
-            competitor_runs, best = run_competitors(
-                {k: v for k, v in fitters.items()}, available, X, b, full_score, best, args, say,
-                LIBLINEAR_TOLERANCES if family == "logistic" else TOLERANCES)
-            del X
+            competitor_runs, best, reference_by = competitors_part(family, args, A, b, lam, lams, tall_dense,
+                                                                   available, say)
         wait_without_spinning(comm)
         competitor_runs, best, reference_by = comm.bcast((competitor_runs, best, reference_by), root=0)
         del A  # from here on each rank holds only its rows
 
         # mpiopt ADMM on every rank.
-        def local_score(result):
-            if family == "path":
-                coefs = result.coefs
-                values = []
-                for value, coef in zip(lams, coefs):
-                    values.append(_distributed(comm, A_local, b_local, coef, value, "squared"))
-                return values
-            return [_distributed(comm, A_local, b_local, result.x, lam, "logistic" if family == "logistic"
-                                 else "squared")]
-        admm_runs = []
-        for variant in variants:
-            if family == "lasso":
-                def call(tol, warm=False, variant=variant):
-                    options = admm_options(variant, tol, args)
-                    if warm:
-                        options.update(max_iter=3)
-                    return lasso(A_local, b_local, lam=lam, comm=comm, **options)
-                label = admm_label("mpiopt ADMM lasso", variant)
-            elif family == "logistic":
-                def call(tol, warm=False, variant=variant):
-                    options = admm_options(variant, tol, args)
-                    if warm:
-                        options.update(max_iter=3)
-                    return logistic_regression(A_local, b_local, lam, comm, **options)
-                label = admm_label("mpiopt ADMM logistic", variant)
-            else:
-                def call(tol, warm=False, variant=variant):
-                    options = admm_options(variant, tol, args)
-                    if warm:
-                        options.update(max_iter=3)
-                    return regularization_path(A_local, b_local, "squared", "l1", comm, lams=lams, **options)
-                label = admm_label("mpiopt regularization_path", variant)
-            runs, best = run_admm_ladder(label, call, comm, local_score, best, args, say)
-            admm_runs += runs
+        admm_runs, best = admm_part(family, args, comm, A_local, b_local, lam, lams, variants, best, say)
         entry.update(reference_objectives=np.asarray(best).tolist(), reference_by=reference_by,
                      runs=competitor_runs + admm_runs, seconds_spent=time.perf_counter() - started)
         score_runs(entry, args.target)
@@ -533,6 +456,106 @@ def run_family(family, args, comm, say):
         say(f"  ({entry['seconds_spent']:.1f} s for this design)")
     payload["markdown"] = render_tables(payload)
     return payload
+
+
+def family_payload(family, args, comm):
+    """(the payload without its designs, the solvers available, the working-set variants, the designs)."""
+    from mpiopt.core.threads import available_cores
+
+    wanted = [name.strip() for name in args.competitors.split(",") if name.strip()]
+    pretend = {name.strip() for name in args.pretend_missing.split(",") if name.strip()}
+    available = installed(COMPETITORS, pretend) if comm.rank == 0 else None
+    available = comm.bcast(available, root=0)
+    available = {name: available[name] and name in wanted for name in COMPETITORS} | {"mpiopt": True}
+    versions = comm.bcast(package_versions(available) if comm.rank == 0 else None, root=0)
+    variants = working_set_variants()
+    designs = chosen_designs(args.designs)
+    if family == "path" and args.designs is None:
+        designs = ("independent",)
+    payload = {"benchmark": {"lasso": "admm_lasso-designs", "logistic": "admm_general-logistic-designs",
+                             "path": "admm_general-path-designs"}[family],
+               "family": family, "ranks": comm.size, "cores": available_cores(), "lam_ratio": args.lam_ratio,
+               "target": args.target, "repeat": args.repeat, "tolerances": list(TOLERANCES),
+               "installed": {name: available[name] for name in COMPETITORS}, "versions": versions,
+               "working_set_variants": [None if v is None else bool(v) for v in variants], "designs": []}
+    if family == "path":
+        payload.update(n_lams=args.n_lams, lam_min_ratio=args.lam_min_ratio)
+    return payload, available, variants, designs
+
+
+def competitors_part(family, args, A, b, lam, lams, tall_dense, available, say):
+    """(the competitors' runs, the best objectives, the solvers they came from), on rank 0 with the full
+    design in each competitor's preferred layout."""
+    m = A.shape[0]
+    X = preferred_layout(A)
+    if family == "lasso":
+        fitters = lasso_fitters(m, lam, not tall_dense)
+        full_score = squared_objective(A, b, lam)
+        # (celer at 1e-12 takes half a minute at 100000 x 1000; it still runs its ladder)
+        references = ["skglm Lasso"] + (["scikit-learn Lasso (precompute=True)"] if tall_dense else [])
+    elif family == "logistic":
+        fitters = logistic_fitters(m, lam)
+        full_score = logistic_objective(A, b, lam)
+        references = ["skglm SparseLogisticRegression"]
+    else:
+        fitters = path_fitters(m, lams, tall_dense)
+        objectives = [squared_objective(A, b, value) for value in lams]
+
+        def full_score(coefs):
+            return [objective(coef) for objective, coef in zip(objectives, coefs)]
+        references = ["skglm Lasso.path", "scikit-learn lasso_path"]
+    best, reference_by = reference_objectives(fitters, available, X, b, full_score, references)
+    if best is None:  # neither reference solver installed: scikit-learn's first fitter, tightly
+        label = next(iter(fitters))
+        best, reference_by = reference_objectives(fitters, available, X, b, full_score, [label])
+    if best is None:
+        best = np.full(len(lams) if lams is not None else 1, np.inf)
+    competitor_runs, best = run_competitors(
+        {k: v for k, v in fitters.items()}, available, X, b, full_score, best, args, say,
+        LIBLINEAR_TOLERANCES if family == "logistic" else TOLERANCES)
+    return competitor_runs, best, reference_by
+
+
+def admm_part(family, args, comm, A_local, b_local, lam, lams, variants, best, say):
+    """(mpiopt's runs, the best objectives so far) for each working-set variant, on every rank's rows."""
+    from mpiopt.admm import lasso, logistic_regression
+    from mpiopt.admm.path import regularization_path
+
+    def local_score(result):
+        if family == "path":
+            coefs = result.coefs
+            values = []
+            for value, coef in zip(lams, coefs):
+                values.append(_distributed(comm, A_local, b_local, coef, value, "squared"))
+            return values
+        return [_distributed(comm, A_local, b_local, result.x, lam, "logistic" if family == "logistic"
+                             else "squared")]
+    admm_runs = []
+    for variant in variants:
+        if family == "lasso":
+            def call(tol, warm=False, variant=variant):
+                options = admm_options(variant, tol, args)
+                if warm:
+                    options.update(max_iter=3)
+                return lasso(A_local, b_local, lam=lam, comm=comm, **options)
+            label = admm_label("mpiopt ADMM lasso", variant)
+        elif family == "logistic":
+            def call(tol, warm=False, variant=variant):
+                options = admm_options(variant, tol, args)
+                if warm:
+                    options.update(max_iter=3)
+                return logistic_regression(A_local, b_local, lam, comm, **options)
+            label = admm_label("mpiopt ADMM logistic", variant)
+        else:
+            def call(tol, warm=False, variant=variant):
+                options = admm_options(variant, tol, args)
+                if warm:
+                    options.update(max_iter=3)
+                return regularization_path(A_local, b_local, "squared", "l1", comm, lams=lams, **options)
+            label = admm_label("mpiopt regularization_path", variant)
+        runs, best = run_admm_ladder(label, call, comm, local_score, best, args, say)
+        admm_runs += runs
+    return admm_runs, best
 
 
 def _distributed(comm, A_local, b_local, x, lam, loss):
@@ -619,45 +642,6 @@ def table_rows(entry, family, available):
             else:
                 row["target_met"] = row["seconds"] <= target_time
     return rows
-
-
-def _cell(value, form):
-    return "-" if value is None else format(value, form)
-
-
-def render_tables(payload):
-    """Markdown: one table per family, one line per design and solver (the report's renderer)."""
-    family = payload["family"]
-    title = {"lasso": "Lasso", "logistic": "L1 logistic regression",
-             "path": f"Lasso path ({payload.get('n_lams')} weights, lambda_max to "
-                     f"{payload.get('lam_min_ratio')} lambda_max)"}[family]
-    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn (dense designs)",
-                 "logistic": "skglm", "path": "scikit-learn lasso_path (Fortran order)"}[family]
-    lam_text = "" if family == "path" else f", lam = {payload['lam_ratio']} lambda_max"
-    lines = [f"{title}: time to a relative objective gap of {payload['target']:g}, {payload['ranks']} ranks (ADMM), "
-             f"competitors on rank 0 with {payload['cores']} cores{lam_text}; median of {payload['repeat']}; "
-             f"target: ADMM at most {yardstick}", "",
-             "| design | solver | time to target (s) | rel. objective gap reached | iterations | "
-             "mpiopt rel. duality gap | ratio to fastest competitor | target met? |",
-             "|---|---|---:|---:|---:|---:|---:|:---:|"]
-    for entry in payload["designs"]:
-        for row in entry["rows_of_table"]:
-            if "seconds" not in row:
-                lines.append(f"| {entry['design']} | {row['solver']} | {row['status']} | | | | | |")
-                continue
-            time_cell = f"{row['seconds']:.4g}" + ("" if row["status"] == "reached" else " (not reached)")
-            iterations = _cell(row["iterations"], "d")
-            if row.get("outer_iterations") is not None:
-                iterations += f" ({row['outer_iterations']} outer)"
-            met = row.get("target_met", "")
-            met = "" if row["package"] != "mpiopt" else {True: "yes", False: "no", None: "-"}[met]
-            lines.append(f"| {entry['design']} | {row['solver']} (tol {row['tolerance']:.0e}) | {time_cell} | "
-                         f"{row['relative_gap']:.1e} | {iterations} | {_cell(row.get('mpiopt_relative_gap'), '.1e')} | "
-                         f"{_cell(row.get('ratio_to_fastest_competitor'), '.2f')} | {met} |")
-    lines += ["", "Designs: " + "; ".join(f"{e['design']}: {e['description']}" for e in payload["designs"]),
-              "Installed: " + ", ".join(f"{k} {payload['versions'].get(MODULES[k]) if v else 'no'}"
-                                        for k, v in payload["installed"].items())]
-    return "\n".join(lines)
 
 
 def write_markdown_beside(path, payload):

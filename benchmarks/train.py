@@ -24,8 +24,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import printer, size_argument, write_result  # noqa: E402
-from mpiopt.core.threads import set_blas_threads_from_mpi  # noqa: E402
+from common import size_argument, start, write_result  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -40,19 +39,12 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    set_blas_threads_from_mpi()
-    from mpi4py import MPI
-
-    from mpiopt.core.io import check_writable
+    args, comm, say = start(parse_args, argv)
     from mpiopt.data import load_dataset
     from mpiopt.models import get_model
     from mpiopt.optim import get_optimizer
     from mpiopt.train import train
 
-    args = parse_args(argv)
-    comm = MPI.COMM_WORLD
-    check_writable(args.output, comm)
-    say = printer(comm)
     data = load_dataset("digits", comm=comm)
     hidden = tuple(int(h) for h in args.hidden.split(","))
 

@@ -324,6 +324,7 @@ class UpdateBuffer:
         self.start, self.elapsed_before = time.perf_counter(), 0.0
         self.checkpoint_every = settings.checkpoint_every if settings.checkpoint else 0
         self.asked = {"due": False, "usr1": False, "term": False}
+        self.signals = None                        # the run's SignalFlags (set by the session that serves)
         self.history = {column: [] for column in SCALAR_COLUMNS + ("failures", "note", "version", "staleness",
                                                                    "clients", "workers")}
 
@@ -335,7 +336,7 @@ class UpdateBuffer:
         """Called by ``serve`` for each push (``lag``: the parameter server's count, unused: a push carries
         the updates received when its worker pulled)."""
         rows, loss, client, based_on = message[self.n:]
-        usr1, term = self.signals_here()
+        usr1, term = self.signals.take()
         if client < 0 or usr1 or term:  # a worker's or the server's signal: end the session
             self.asked.update(usr1=self.asked["usr1"] or bool(usr1) or (client < 0 and rows > 0),
                               term=self.asked["term"] or bool(term) or (client < 0 and loss > 0))
@@ -370,11 +371,6 @@ class UpdateBuffer:
         elif self.checkpoint_every and self.steps % self.checkpoint_every == 0:
             self.asked["due"] = True
             model[self.n] = PAUSE
-
-    signals = None  # the run's SignalFlags, set by the session that serves
-
-    def signals_here(self):
-        return self.signals.take() if self.signals is not None else (0.0, 0.0)
 
     def take_requests(self, usr1, term):
         """(budget spent, checkpoint asked for, stop asked for, steps) after a session; clears the requests."""

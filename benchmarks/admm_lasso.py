@@ -102,7 +102,8 @@ def output_path(args):
 
 
 def main(argv=None):
-    args, comm, say = start(parse_args, argv, outputs=lambda args, comm: [output_path(args), args.plot], plots=("plot",))
+    args, comm, say = start(parse_args, argv, outputs=lambda args, comm: [output_path(args), args.plot],
+                            plots=("plot",))
     import numpy as np
 
     from mpiopt.admm import lasso

@@ -181,7 +181,7 @@ def test_resumed_training_takes_the_uninterrupted_steps_bit_for_bit(comm, tmp_pa
     straight = run(comm, optimizer=optimizer, zero_stage=stage, epochs=2, max_steps=None, bucket_bytes=2048)
     first = run(comm, optimizer=optimizer, zero_stage=stage, epochs=2, max_steps=27, bucket_bytes=2048,
                 checkpoint=path)
-    assert first.status == "max_steps" and first.steps == 27
+    assert first.status == "finished" and first.info["stop"] == "max_steps" and first.steps == 27
     resumed = run(comm, optimizer=optimizer, zero_stage=stage, epochs=2, max_steps=None, bucket_bytes=2048,
                   checkpoint=path)
     assert resumed.status == "finished" and resumed.info["resumed_at"] == 27 and resumed.info["steps_run"] == 44 - 27
@@ -350,7 +350,7 @@ def test_log_is_printed_by_rank_zero_only(comm, capsys):
     run(comm, verbose=True, log_every=4)
     printed = capsys.readouterr().out
     if comm.rank == 0:
-        assert "mpiopt data-parallel training" in printed and "status:        max_steps after 8 steps" in printed
+        assert "mpiopt data-parallel training" in printed and "status:        finished (max_steps) after 8 steps" in printed
     else:
         assert printed == ""
 
@@ -390,7 +390,7 @@ def test_resumed_compressed_training_keeps_each_bucket_residual(comm, tmp_path):
     straight = train(model, X, y, get_optimizer("sgd", lr=0.1), comm, **settings)
     assert straight.info["buckets"]["count"] == 3
     first = train(model, X, y, get_optimizer("sgd", lr=0.1), comm, max_steps=13, checkpoint=path, **settings)
-    assert first.status == "max_steps"
+    assert first.status == "finished" and first.info["stop"] == "max_steps"
     resumed = train(model, X, y, get_optimizer("sgd", lr=0.1), comm, checkpoint=path, **settings)
     assert resumed.info["resumed_at"] == 13 and np.array_equal(resumed.params, straight.params)
     assert resumed.history["bytes_sent"] == straight.history["bytes_sent"]

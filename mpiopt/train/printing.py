@@ -31,7 +31,7 @@ def banner_lines(info, settings, threads, resumed_at, setup_time):
 def footer_lines(result):
     t, memory = result.timings, result.info["memory"]
     accuracy = "" if result.accuracy is None else f", accuracy {result.accuracy:.4f}"
-    lines = [f"status:        {result.status} after {result.steps} steps",
+    lines = [f"status:        {result.status} ({result.info['stop']}) after {result.steps} steps",
              f"training set:  loss {result.loss:.8e}{accuracy}",
              f"time:          {t['train']:.3f} s: compute {t['compute']:.3f} s, optimizer {t['optimizer']:.3f} s, "
              f"communication {t['communication']:.3f} s ({t['hidden']:.3f} s hidden, {t['exposed']:.3f} s exposed)",

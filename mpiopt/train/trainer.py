@@ -35,14 +35,15 @@ buffers (staged through pinned memory unless MPI is CUDA-aware) and the
 step's few numbers cross to the host.  ``TrainResult.params`` is then a CuPy
 array (``mpiopt.core.backend.to_host`` gives a numpy copy).
 """
+import contextlib
 import dataclasses
 import time
 
 import numpy as np
 from mpi4py import MPI
 
-from ..collectives import Reducer, get_reducer
-from ..core.backend import device_of, finite_problem, get_array_module, select_device, to_host
+from ..collectives import reducer_for
+from ..core.backend import device_of, finite_problem, get_array_module, select_device, to_host, to_module
 from ..core.comm import resolve_comm
 from ..core.partition import row_range
 from ..core.signals import SignalFlags
@@ -54,7 +55,7 @@ from .memory import MemoryAccount
 from .named import named_pieces
 from .overlap import CommunicationQueue
 from .printing import banner_lines, footer_lines, train_log
-from .result import TrainResult
+from .result import STOPS, TrainResult
 from .settings import TrainSettings
 from .zero import STAGES
 
@@ -135,30 +136,23 @@ def place(device, comm, X, y):
     """(X, y) where the run goes: moved to the host for ``"cpu"``, to this rank's GPU for ``"gpu"``
     (collective: :func:`~mpiopt.core.backend.select_device` splits ``comm`` by node), left where X is
     for None (y joins X)."""
-    if device == "cpu":
-        return to_host(X), to_host(y)
     if device == "gpu":
         select_device(comm)
         import cupy
-        return cupy.asarray(X), cupy.asarray(y)
-    return X, on_side(get_array_module(X), y)
+        xp = cupy
+    else:
+        xp = np if device == "cpu" else get_array_module(X)
+    return to_module(X, xp), to_module(y, xp)
 
 
-def on_side(xp, array):
-    """``array`` as an array of ``xp`` (numpy: ``to_host``, CuPy: ``cupy.asarray``)."""
-    return to_host(array) if xp is np else xp.asarray(array)
-
-
-def _reducer(settings, comm):
-    """(the reducer, whether the trainer owns it): a Reducer given is used as it is."""
-    if isinstance(settings.reducer, Reducer):
-        return settings.reducer, False
+def reducer_options(settings):
+    """The options of the reducer named by ``settings.reducer`` (a Reducer object given is used as it is)."""
     options = {"check": False}  # every bucket's size is fixed by construction
     if settings.compressor is not None:  # options the compressor lists go to it, the rest to the reducer;
         # error feedback None: the compressor's own choice, as get_reducer makes it (unbiased ones get none)
         options.update(compressor=settings.compressor, error_feedback=settings.error_feedback,
                        **(settings.compressor_options or {}))
-    return get_reducer(settings.reducer, comm, **options), True
+    return options
 
 
 class Trainer:
@@ -166,20 +160,27 @@ class Trainer:
 
     def __init__(self, model, X, y, optimizer, settings, comm, params, digest, log):
         self.model, self.X, self.y, self.optimizer, self.settings, self.log = model, X, y, optimizer, settings, log
-        self.comm = comm.Dup()  # the per-step all-reduce and the evaluation; the reducer has a communicator of its own
-        self.reducer, self.owns_reducer = _reducer(settings, comm)
-        # A compressor that works on each tensor in its own shape (PowerSGD) gets buckets of whole tensors.
-        per_tensor = getattr(self.reducer, "per_tensor", False)
-        self.layout = BucketLayout(model.layer_bounds(), settings.bucket_bytes, settings.zero_stage >= 2,
-                                   comm.rank, comm.size, tensor_shapes=model.shapes if per_tensor else None)
-        self.memory = MemoryAccount(settings.trace_memory)
-        self.xp = get_array_module(X)  # numpy, or CuPy: the run's arrays live where the data are
-        self.device = None if self.xp is np else X.device.id
-        self.queue = CommunicationQueue(settings.overlap, self.device)
-        start = on_side(self.xp, model.init_params(settings.seed) if params is None else params)
-        self.strategy = STAGES[settings.zero_stage](model, start, self.layout, self.reducer, self.queue, self.memory)
-        self.sampler = MinibatchSampler(y.shape[0], settings.batch_size, settings.seed, comm,
-                                        shuffle=settings.shuffle, drop_last=settings.drop_last)
+        with contextlib.ExitStack() as stack:  # closed by close(); here only when the construction fails
+            self.comm = comm.Dup()  # the per-step all-reduce and the evaluation; the reducer has its own
+            stack.callback(self.comm.Free)
+            # A reducer named is built and owned (closed with the stack); a Reducer object is the caller's.
+            self.reducer = stack.enter_context(reducer_for(settings.reducer, comm, **reducer_options(settings)))
+            # A compressor that works on each tensor in its own shape (PowerSGD) gets buckets of whole tensors.
+            per_tensor = getattr(self.reducer, "per_tensor", False)
+            self.layout = BucketLayout(model.layer_bounds(), settings.bucket_bytes, settings.zero_stage >= 2,
+                                       comm.rank, comm.size, tensor_shapes=model.shapes if per_tensor else None)
+            self.memory = MemoryAccount(settings.trace_memory)
+            stack.callback(self.memory.close)
+            self.xp = get_array_module(X)  # numpy, or CuPy: the run's arrays live where the data are
+            self.device = None if self.xp is np else X.device.id
+            self.queue = CommunicationQueue(settings.overlap, self.device)
+            stack.callback(self.queue.close)
+            start = to_module(model.init_params(settings.seed) if params is None else params, self.xp)
+            self.strategy = STAGES[settings.zero_stage](model, start, self.layout, self.reducer, self.queue,
+                                                        self.memory)
+            self.sampler = MinibatchSampler(y.shape[0], settings.batch_size, settings.seed, comm,
+                                            shuffle=settings.shuffle, drop_last=settings.drop_last)
+            self.stack = stack.pop_all()
         self.history = {column: [] for column in STEP_COLUMNS}
         self.epoch_history = {column: [] for column in EPOCH_COLUMNS}
         self.elapsed_before = self.compute_time = self.optimizer_time = 0.0
@@ -323,32 +324,37 @@ class Trainer:
     def run(self, setup_start, threads):
         s = self.settings
         resumed = self.use_checkpoint(s.checkpoint) if s.checkpoint else False
-        resumed_at, total = self.sampler.step, self.total_steps()
+        resumed_at = self.sampler.step
         setup_time = time.perf_counter() - setup_start
         info = self.describe()
         if self.log is not None:
             self.log.banner("mpiopt data-parallel training", banner_lines(info, s, threads, resumed_at, setup_time))
-            if resumed and resumed_at >= total:
+            if resumed and resumed_at >= self.total_steps():
                 self.log.note(f"resumed at step {resumed_at}, nothing left to do")
-        status = None
         self.start = time.perf_counter()
-        with SignalFlags(self.checkpointer is not None) as signals:
-            while status is None and self.sampler.step < total:
-                report = self.step(signals)
-                elapsed = time.perf_counter() - self.start
-                status = ("interrupted" if report.stop_requested else
-                          "time_limit" if s.time_limit and elapsed >= s.time_limit else None)
-                done = status is not None or self.sampler.step >= total
-                self.log_row(done)
-                every = s.checkpoint_every and self.sampler.step % s.checkpoint_every == 0
-                self.checkpoint(self.elapsed_before + elapsed, done or report.checkpoint_requested or every)
+        stop = self.loop()
         train_time = time.perf_counter() - self.start
-        if status is None:
-            status = "finished" if self.sampler.step >= s.epochs * self.sampler.steps_per_epoch else "max_steps"
-        result = self.result(status, info, setup_time, train_time, resumed_at)
+        result = self.result(STOPS[stop], dict(info, stop=stop), setup_time, train_time, resumed_at)
         if self.log is not None:
             self.log.footer(footer_lines(result))
         return result
+
+    def loop(self):
+        """Take the steps left; returns why they stopped (``info["stop"]``: a key of :data:`.result.STOPS`)."""
+        s, total, stop = self.settings, self.total_steps(), None
+        with SignalFlags(self.checkpointer is not None) as signals:
+            while stop is None and self.sampler.step < total:
+                report = self.step(signals)
+                elapsed = time.perf_counter() - self.start
+                stop = ("signal" if report.stop_requested else
+                        "time_limit" if s.time_limit and elapsed >= s.time_limit else None)
+                done = stop is not None or self.sampler.step >= total
+                self.log_row(done)
+                every = s.checkpoint_every and self.sampler.step % s.checkpoint_every == 0
+                self.checkpoint(self.elapsed_before + elapsed, done or report.checkpoint_requested or every)
+        if stop is None:
+            stop = "epochs" if self.sampler.step >= s.epochs * self.sampler.steps_per_epoch else "max_steps"
+        return stop
 
     # -- the answer -----------------------------------------------------------------
     def evaluate(self, params):
@@ -403,8 +409,5 @@ class Trainer:
                            loss=loss, accuracy=accuracy, steps=self.sampler.step, epoch_history=self.epoch_history)
 
     def close(self):
-        self.queue.close()
-        self.memory.close()
-        if self.owns_reducer:
-            self.reducer.close()
-        self.comm.Free()
+        """The queue, the memory trace, the reducer when the trainer built it, the communicator."""
+        self.stack.close()

@@ -42,21 +42,7 @@ hands them to a CUDA-aware MPI (:mod:`mpiopt.collectives.device`).
 """
 import numpy as np
 
-from ..collectives import CompressedReducer
 from ..core.backend import get_array_module
-from ..collectives.compressed import ring_allgather_bytes, ring_allreduce_bytes
-from ..core.partition import offsets
-
-
-def allgather_bytes(count, p, rank, itemsize=8):
-    """Bytes rank ``rank`` sends in the ring all-gather of ``count`` entries split by ``offsets``."""
-    bounds = offsets(count, p)
-    return ring_allgather_bytes([(bounds[r + 1] - bounds[r]) * itemsize for r in range(p)], rank)[0]
-
-
-def reduce_scatter_bytes(count, p, rank, itemsize=8):
-    """Bytes rank ``rank`` sends in the ring reduce-scatter of ``count`` entries: the all-reduce's first half."""
-    return ring_allreduce_bytes(count, itemsize, p, rank)[0] - allgather_bytes(count, p, rank, itemsize)
 
 
 class Replicated:
@@ -69,10 +55,9 @@ class Replicated:
         self.bounds = model.layer_bounds()
         self.rows = 0.0
         self.next_bucket = 0
-        # Bytes this rank sent: a compressed reducer's own count of each call, else the ring algorithm's
-        # (exact for the ring reducers, a model for the others, as the compressed reducer counts).
+        # Bytes this rank sent: the reducer's count of each call (``last_bytes_sent``: a compressed reducer's
+        # payloads, else the ring algorithm's, exact for the ring reducers and a model for the others).
         self.bytes_sent = 0
-        self.compressed = isinstance(reducer, CompressedReducer)
         self.xp = get_array_module(params)  # numpy, or CuPy on a GPU: every array of the strategy lives there
         self.setup_params(self.xp.array(params, dtype=np.float64))
         self.setup_gradients()
@@ -119,13 +104,10 @@ class Replicated:
             self.next_bucket += 1
 
     def allreduce_bucket(self, piece, bucket):
-        if self.compressed:  # each bucket keeps its own error-feedback residual, by name; its tensors' shapes
-            self.reducer.allreduce(piece, piece, name=f"bucket{bucket.index}", shapes=bucket.shapes)
-            self.bytes_sent += self.reducer.last_bytes_sent
-        else:
-            self.reducer.allreduce(piece, piece)
-            self.bytes_sent += ring_allreduce_bytes(piece.size, piece.itemsize, self.reducer.size,
-                                                    self.reducer.rank)[0]
+        # By name each bucket keeps its own state (a compressed reducer's error-feedback residual); the shapes
+        # of its tensors are for a per-tensor compressor.  Reducers without such state ignore both.
+        self.reducer.allreduce(piece, piece, name=f"bucket{bucket.index}", shapes=bucket.shapes)
+        self.bytes_sent += self.reducer.last_bytes_sent
 
     def finish(self, global_rows):
         """Wait for the reductions and divide by the global batch: the gradient of the global batch."""
@@ -177,9 +159,9 @@ class ShardedOptimizer(Replicated):
 
     def gather_bucket(self, shard, bucket, out):
         chunk = shard[slice(*bucket.packed)]
-        self.bytes_sent += allgather_bytes(bucket.size, self.reducer.size, self.reducer.rank)
         self.memory.add(out.nbytes)  # the reducer's result, until copied
         out[...] = self.reducer.allgather(chunk, bucket.size)
+        self.bytes_sent += self.reducer.last_bytes_sent
         self.memory.add(-out.nbytes)
 
 
@@ -223,8 +205,8 @@ class ShardedGradients(ShardedOptimizer):
         self.in_flight.append((buffer.nbytes, handles))
 
     def reduce_bucket(self, piece, bucket):
-        self.bytes_sent += reduce_scatter_bytes(piece.size, self.reducer.size, self.reducer.rank)
         self.grad_shard[slice(*bucket.packed)] = self.reducer.reduce_scatter(piece)
+        self.bytes_sent += self.reducer.last_bytes_sent
 
     def finish(self, global_rows):
         while self.in_flight:

@@ -350,7 +350,8 @@ def test_log_is_printed_by_rank_zero_only(comm, capsys):
     run(comm, verbose=True, log_every=4)
     printed = capsys.readouterr().out
     if comm.rank == 0:
-        assert "mpiopt data-parallel training" in printed and "status:        finished (max_steps) after 8 steps" in printed
+        assert "mpiopt data-parallel training" in printed
+        assert "status:        finished (max_steps) after 8 steps" in printed
     else:
         assert printed == ""
 

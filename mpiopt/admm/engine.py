@@ -100,16 +100,14 @@ class ConsensusADMM:
     order (iter, objective, r_norm, eps_pri, s_norm, eps_dual, rho, time), or
     None.  ``settings.reducer`` is a name or a Reducer; a Reducer given by the
     caller is used as it is and left open (the caller owns it); one built from a
-    name is closed by :meth:`close` (which :meth:`solve` calls at its end).
+    name is closed by :meth:`close`, which :meth:`solve` calls at its end (use
+    the engine in a ``with`` block so that an error before it closes it too).
     """
 
     def __init__(self, loss, penalty, settings, comm, xp, log=None):
         self.loss, self.penalty, self.settings, self.comm, self.xp = loss, penalty, settings, comm, xp
         self.log = log
         self.active_ranks = comm.allreduce(int(loss.active), op=MPI.SUM)
-        self.resources = contextlib.ExitStack()
-        # Sizes are fixed by construction (n and 6), so the per-call collective check is skipped.
-        self.reducer = self.resources.enter_context(reducer_for(settings.reducer, comm, check=False))
         self.rho = settings.rho if settings.rho is not None else self.default_rho()
         n = loss.n
         self.z, self.u, self.x = xp.zeros(n), xp.zeros(n), xp.zeros(n)
@@ -131,6 +129,16 @@ class ConsensusADMM:
         self.anderson = AndersonAccelerator(settings.anderson, comm, xp) if settings.anderson else None
         self.x_time = self.comm_time = self.gap_time = 0.0
         self._sums, self._scalars = xp.zeros(n), np.zeros(6)  # the six scalars live on the host
+        # Last, so that nothing after it can fail and leave it open.  Sizes are fixed by construction (n and 6),
+        # so the per-call collective check is skipped.
+        self.resources = contextlib.ExitStack()
+        self.reducer = self.resources.enter_context(reducer_for(settings.reducer, comm, check=False))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):
+        self.close()
 
     # -- set-up ------------------------------------------------------------------
     def default_rho(self):

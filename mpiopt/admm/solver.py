@@ -277,7 +277,14 @@ class Problem:
                                         warm_start)
         log = admm_log(settings.verbose and comm.rank == 0, stream=log_stream,
                        gap=gap_terms(shard, engine_penalty) is not None)
-        engine = ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log)
+        with ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log) as engine:  # closed on any error
+            return self._run(engine, settings, threads, start, penalty_object, engine_penalty, options, largest,
+                             lam_ratio, warm_start, log)
+
+    def _run(self, engine, settings, threads, start, penalty_object, engine_penalty, options, largest, lam_ratio,
+             warm_start, log):
+        """The full solver: the engine warm-started or resumed, the banner, the iterations, the footer."""
+        comm, xp, shard = self.comm, self.xp, self.shard
         if warm_start is not None:
             engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))
         resumed = engine.use_checkpoint(settings.checkpoint, self.fingerprint(engine_penalty)) \

@@ -42,8 +42,6 @@ see :mod:`.device`.
 :class:`AsyncParameterServer` is the asynchronous server (push/pull); its ``serve``
 raises :class:`ParameterServerTimeout` after an optional idle timeout.
 """
-import contextlib
-
 from ..core.partition import offsets as chunk_bounds
 from ..core.registry import RegistryError, RegistryView, lookup
 # Imported in this order, the reducers register their names in this order.
@@ -91,20 +89,30 @@ def get_reducer(name="auto", comm=None, compressor=None, cuda_aware=None, **opti
     return reducer
 
 
-@contextlib.contextmanager
-def reducer_for(setting, comm=None, **options):
+class reducer_for:  # noqa: N801 (used as a function: ``with reducer_for(setting, comm) as reducer``)
     """The reducer of a ``reducer`` setting, for the length of a ``with`` block: a registered name is built for
     ``comm`` (``get_reducer(setting, comm, **options)``) and closed at the end of the block; a Reducer object
     the caller made is used as it is and left open (it is the caller's).  An object that keeps the reducer
-    across calls enters it on a ``contextlib.ExitStack`` and closes the stack in its own ``close``."""
-    if isinstance(setting, Reducer):
-        yield setting
-        return
-    reducer = get_reducer(setting, comm, **options)
-    try:
-        yield reducer
-    finally:
-        reducer.close()
+    across calls enters it on a ``contextlib.ExitStack`` and closes the stack in its own ``close``.
+
+    Only the end of the block closes it, never the garbage collector: closing frees the reducer's
+    communicator, which every rank must do at the same point of the program, not whenever its collector runs
+    (a context that is entered and dropped leaves the reducer open rather than risk a hang)."""
+
+    def __init__(self, setting, comm=None, **options):
+        self.setting, self.comm, self.options, self.reducer = setting, comm, options, None
+
+    def __enter__(self):
+        if isinstance(self.setting, Reducer):
+            return self.setting
+        self.reducer = get_reducer(self.setting, self.comm, **self.options)
+        return self.reducer
+
+    def __exit__(self, *exception):
+        if self.reducer is not None:
+            reducer, self.reducer = self.reducer, None
+            reducer.close()
+        return False
 
 
 __all__ = ["AsyncParameterServer", "AutoReducer", "CompressedReducer", "DTYPES", "HierarchicalReducer",

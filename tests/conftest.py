@@ -14,6 +14,15 @@ module's ``pytestmark`` or a test's own mark: the collectives' steps, the same
 answer at any rank count, clients or workers spread over ranks) and those
 parametrized with an ``uneven`` or ``empty`` shard layout.  The others are
 reported as skipped there, with that reason.
+
+On which communicator: the ``comm`` fixture runs every MPI test twice, as
+mpi4py's suite runs its tests on WORLD, SELF and duplicated communicators:
+``world`` is ``MPI.COMM_WORLD``; ``split`` is a communicator split from it with
+every rank in it in reversed order (rank r of COMM_WORLD is rank size - 1 - r
+there), so a test or a piece of mpiopt that uses COMM_WORLD or a world rank
+instead of the ``comm`` it was given fails there.  The ``split`` runs are at 1
+and 2 ranks only (at 2 ranks every rank already has another number there); at
+3 and 4 ranks they are reported as skipped, with that reason.
 """
 import os
 import subprocess
@@ -66,9 +75,19 @@ def run_mpi(ranks, *args, timeout=120, cwd=None, env=None):
                           text=True, timeout=timeout, cwd=cwd, env=environment)
 
 
-@pytest.fixture
-def comm():
-    return MPI.COMM_WORLD
+COMMUNICATORS = ("world", "split")  # the ``comm`` fixture's variants (see the module docstring)
+
+
+@pytest.fixture(params=COMMUNICATORS)
+def comm(request):
+    """COMM_WORLD, or a communicator of every rank in reversed rank order, freed after the test."""
+    world = MPI.COMM_WORLD
+    if request.param == "world":
+        yield world
+        return
+    reversed_ranks = world.Split(color=0, key=world.size - 1 - world.rank)
+    yield reversed_ranks
+    reversed_ranks.Free()
 
 
 def gather_messages(comm, error):
@@ -101,14 +120,25 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "many_ranks: an MPI test that also runs at 3 and 4 ranks")
 
 
+def on_split_communicator(item):
+    """Whether a test runs on the ``split`` variant of the ``comm`` fixture."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("comm") == "split"
+
+
 def pytest_collection_modifyitems(config, items):
     if MPI.COMM_WORLD.size <= 2:
         return
     skip = pytest.mark.skip(reason="runs at 1 and 2 ranks; at 3 and 4 ranks only the tests marked many_ranks "
                                    "or with uneven or empty shards run (tests/conftest.py)")
+    skip_split = pytest.mark.skip(reason="the split (reversed-rank) communicator runs at 1 and 2 ranks; at 3 and "
+                                         "4 ranks only COMM_WORLD does (tests/conftest.py)")
     for item in items:
-        if item.get_closest_marker("mpi") and not needs_many_ranks(item):
+        if not item.get_closest_marker("mpi"):
+            continue
+        if not needs_many_ranks(item):
             item.add_marker(skip)
+        elif on_split_communicator(item):
+            item.add_marker(skip_split)
 
 
 def pytest_runtest_logreport(report):

@@ -378,9 +378,9 @@ def gpu_routes():
 
 
 @pytest.fixture
-def cupy():
+def cupy(comm):
     import cupy
-    backend.select_device(MPI.COMM_WORLD)
+    backend.select_device(comm)
     return cupy
 
 

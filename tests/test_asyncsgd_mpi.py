@@ -148,16 +148,16 @@ def test_a_wrong_number_of_workers_is_the_same_error_on_every_rank(comm):
 
 
 class FailsOnLastRank(Quadratic):
-    """A problem whose stochastic gradient fails on the last rank, at its third gradient."""
+    """A problem whose stochastic gradient fails on the last rank of ``comm``, at its third gradient."""
 
-    def __init__(self):
+    def __init__(self, comm):
         super().__init__(dim=3, noise=1.0)
+        self.comm = comm
         self.calls = 0
 
     def stochastic_grad(self, x, rng):
-        world = MPI.COMM_WORLD
         self.calls += 1
-        if world.size > 1 and world.rank == world.size - 1 and self.calls >= 3:
+        if self.comm.size > 1 and self.comm.rank == self.comm.size - 1 and self.calls >= 3:
             raise FloatingPointError("the gradient overflowed here")
         return super().stochastic_grad(x, rng)
 
@@ -170,7 +170,7 @@ def test_a_worker_whose_gradient_fails_is_named_in_the_same_error_on_every_rank(
     worker = comm.size - 2
     started = time.perf_counter()
     with pytest.raises(CollectiveError) as raised:
-        async_sgd(FailsOnLastRank(), comm=comm, runtime="mpi", method=method, tau="constant", time_unit=0.002,
+        async_sgd(FailsOnLastRank(comm), comm=comm, runtime="mpi", method=method, tau="constant", time_unit=0.002,
                   max_steps=1000, stop_at_epsilon=False, step_size=0.1, idle_timeout=20)
     message = str(raised.value)
     assert f"worker {worker} (rank {worker + 1}) failed" in message
@@ -268,10 +268,14 @@ def test_the_mpi_runtime_uses_nothing_that_arrives_after_max_time(comm):
 
 
 class SlowGradients(Quadratic):
-    """A stochastic gradient that takes a few milliseconds of real time, more on higher ranks."""
+    """A stochastic gradient that takes a few milliseconds of real time, more on higher ranks of ``comm``."""
+
+    def __init__(self, comm, **options):
+        super().__init__(**options)
+        self.comm = comm
 
     def stochastic_grad(self, x, rng):
-        time.sleep(0.002 * MPI.COMM_WORLD.rank)
+        time.sleep(0.002 * self.comm.rank)
         return super().stochastic_grad(x, rng)
 
 
@@ -283,7 +287,7 @@ def test_gradients_of_cancelled_jobs_that_arrive_late_are_dropped(comm, method, 
     """With real computing times a cancelled worker finishes its gradient before it sees the new job: the
     server must drop that gradient (it was counted as cancelled), never use or discard it."""
     needs_workers(comm)
-    result = async_sgd(SlowGradients(dim=3), comm=comm, runtime="mpi", method=method, tau="real", max_steps=30,
+    result = async_sgd(SlowGradients(comm, dim=3), comm=comm, runtime="mpi", method=method, tau="real", max_steps=30,
                        stop_at_epsilon=False, step_size=0.1, trace=True, **extra)
     workers = result.info["workers"]
     counts_are_consistent(result)

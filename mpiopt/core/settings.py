@@ -21,6 +21,20 @@ def is_integer(value):
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def checkpoint_and_log_checks(settings):
+    """The (ok, message) checks every long run's settings share, in this order: ``checkpoint`` (a path or
+    None), ``checkpoint_every`` (an integer >= 0), ``verbose`` (a bool), ``log_every`` (an integer >= 1)."""
+    return [
+        (settings.checkpoint is None or isinstance(settings.checkpoint, str),
+         f"checkpoint must be a path or None, got {settings.checkpoint!r}"),
+        (is_integer(settings.checkpoint_every) and settings.checkpoint_every >= 0,
+         f"checkpoint_every must be an integer >= 0, got {settings.checkpoint_every!r}"),
+        (isinstance(settings.verbose, bool), f"verbose must be True or False, got {settings.verbose!r}"),
+        (is_integer(settings.log_every) and settings.log_every >= 1,
+         f"log_every must be an integer >= 1, got {settings.log_every!r}"),
+    ]
+
+
 def _plain(value):
     if isinstance(value, (str, int, float, bool, type(None), dict, list, tuple)) or not hasattr(value, "name"):
         return value

@@ -71,7 +71,7 @@ from ..core.checkpoint import Checkpointer
 from ..core.comm import check_collectively, resolve_comm
 from ..core.log import IterationLog
 from ..core.random import random_stream
-from ..core.settings import Settings, is_integer, is_number
+from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
 from ..core.signals import SignalFlags
 from .client import clients_digest, data_problem, local_clients, train_client
 from .result import SCALAR_COLUMNS, FederatedResult
@@ -147,13 +147,7 @@ class FedBuffSettings(Settings):
              f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
             (self.idle_timeout is None or (number(self.idle_timeout) and self.idle_timeout > 0),
              f"idle_timeout must be None or a number > 0, got {self.idle_timeout!r}"),
-            (self.checkpoint is None or isinstance(self.checkpoint, str),
-             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
-            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
-             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
-            (isinstance(self.verbose, bool), f"verbose must be True or False, got {self.verbose!r}"),
-            (integer(self.log_every) and self.log_every >= 1,
-             f"log_every must be an integer >= 1, got {self.log_every!r}"),
+            *checkpoint_and_log_checks(self),
         ]
 
 

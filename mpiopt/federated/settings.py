@@ -11,7 +11,7 @@ have none.
 import dataclasses
 
 from ..collectives import REDUCERS, Reducer
-from ..core.settings import Settings, is_integer, is_number
+from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
 
 CLIENT_SAMPLINGS = ("fixed", "poisson")
 
@@ -68,11 +68,5 @@ class FederatedSettings(Settings):
              lambda: f"reducer must be one of {', '.join(REDUCERS)} or a Reducer, got {self.reducer!r}"),
             (integer(self.eval_every) and self.eval_every >= 1,
              f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
-            (self.checkpoint is None or isinstance(self.checkpoint, str),
-             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
-            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
-             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
-            (isinstance(self.verbose, bool), f"verbose must be True or False, got {self.verbose!r}"),
-            (integer(self.log_every) and self.log_every >= 1,
-             f"log_every must be an integer >= 1, got {self.log_every!r}"),
+            *checkpoint_and_log_checks(self),
         ]

@@ -15,7 +15,7 @@ import dataclasses
 from ..collectives import REDUCERS, Reducer, compressor_options_problem
 from ..core.backend import device_count
 from ..core.registry import names
-from ..core.settings import Settings, is_integer, is_number
+from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
 from ..core.threads import threads_problem
 
 BUCKET_BYTES = 1 << 20   # 1 MiB (PyTorch DDP: 25 MiB)
@@ -87,12 +87,7 @@ class TrainSettings(Settings):
              f"a compressor works with zero_stage 0 (compressed all-reduce), got zero_stage {self.zero_stage!r}"),
             (self.error_feedback is None or isinstance(self.error_feedback, bool),
              f"error_feedback must be None, True or False, got {self.error_feedback!r}"),
-            (self.checkpoint is None or isinstance(self.checkpoint, str),
-             f"checkpoint must be a path or None, got {self.checkpoint!r}"),
-            (integer(self.checkpoint_every) and self.checkpoint_every >= 0,
-             f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
-            (isinstance(self.verbose, bool), f"verbose must be True or False, got {self.verbose!r}"),
-            (integer(self.log_every) and self.log_every >= 1, f"log_every must be an integer >= 1, got {self.log_every!r}"),
+            *checkpoint_and_log_checks(self),
             (isinstance(self.trace_memory, bool), f"trace_memory must be True or False, got {self.trace_memory!r}"),
             (threads_problem(self.blas_threads) is None, lambda: threads_problem(self.blas_threads)),
             (self.device in DEVICES, f"device must be None, 'cpu' or 'gpu', got {self.device!r}"),

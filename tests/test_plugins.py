@@ -1,5 +1,6 @@
-"""Plugins: a user's package registers a penalty, a compressor and an asynchronous method, each with a declared
-option, and the command line uses them by name with no change to mpiopt (mpiopt.core.plugins, mpiopt.cli).
+"""Plugins: a user's package registers a penalty, a compressor, a federated strategy and an asynchronous method,
+each with a declared option, and the command line uses them by name with no change to mpiopt
+(mpiopt.core.plugins, mpiopt.cli).
 
 The package is installed the way pip leaves one: its module and a ``.dist-info`` folder whose
 ``entry_points.txt`` names it in the ``mpiopt.plugins`` group, in a folder on the interpreter's path
@@ -16,7 +17,7 @@ import pytest
 from conftest import run_mpi
 
 PLUGIN = textwrap.dedent('''
-    """A user's plugin for mpiopt: one penalty, one compressor, one asynchronous method, each with an option."""
+    """A user's plugin for mpiopt: a penalty, a compressor, a strategy and an asynchronous method, each with an option."""
     import numpy as np
 
     from mpiopt.admm.penalties import Penalty
@@ -25,6 +26,7 @@ PLUGIN = textwrap.dedent('''
     from mpiopt.compression import Compressor
     from mpiopt.core.options import Option, Options
     from mpiopt.core.registry import register
+    from mpiopt.federated import Strategy
 
 
     @register("penalty", "plugin_scaled_l1")
@@ -68,6 +70,21 @@ PLUGIN = textwrap.dedent('''
 
         def decode(self, payload, ctx, flat_out):
             np.multiply(payload[0], self.quantum, out=flat_out)
+
+
+    @register("strategy", "plugin_fedavg_eta")
+    class FedAvgEta(Strategy):
+        """FedAvg whose server takes the step eta on the averaged update."""
+
+        name = "plugin_fedavg_eta"
+        options = Strategy.options + Options(Option("eta", float, 1.0, "the server's step", low=0, low_open=True))
+
+        def __init__(self, eta=1.0, **server):
+            super().__init__(**server)
+            self.eta = float(eta)
+
+        def server_update(self, params, delta):
+            return super().server_update(params, self.eta * delta)
 
 
     @register("asyncsgd-method", "plugin-bounded-delay")
@@ -127,6 +144,7 @@ SOLVE = ["solve", "--synthetic", "400x20", "--working-set", "off", "--eps-abs", 
 @pytest.mark.timeout(600)
 def test_an_installed_plugins_pieces_are_listed_in_help_and_used_by_name_with_their_options(site, tmp_path):
     for subcommand, listed in [("solve", "plugin_scaled_l1\n      lam"), ("train", "plugin-grid\n      quantum"),
+                               ("federated", "plugin_fedavg_eta\n      server_lr"),
                                ("async-sgd", "plugin-bounded-delay\n      max_delay")]:
         shown = mpiopt(1, [site], subcommand, "--help", cwd=tmp_path)
         assert shown.returncode == 0 and listed in shown.stdout, shown.stdout + shown.stderr
@@ -147,6 +165,17 @@ def test_an_installed_plugins_pieces_are_listed_in_help_and_used_by_name_with_th
         assert run.returncode == 0, run.stderr
         runs.append(json.loads((tmp_path / output).read_text()))
     assert runs[0]["history"]["loss"] == runs[1]["history"]["loss"] and runs[0]["info"]["compressor"] == runs[1]["info"]["compressor"]
+    # the strategy: eta on FedAvg's averaged update is FedAvg with the server step eta
+    federated = ["federated", "--clients", "10", "--fraction", "0.5", "--rounds", "3", "--quiet"]
+    plugin = mpiopt(2, [site], *federated, "--strategy", "plugin_fedavg_eta", "--strategy-opt", "eta=0.5",
+                    "--output", "eta.json", cwd=tmp_path)
+    assert plugin.returncode == 0, plugin.stderr
+    builtin = mpiopt(2, [], *federated, "--strategy", "fedavg", "--server-lr", "0.5", "--output", "server.json",
+                     cwd=tmp_path)
+    assert builtin.returncode == 0, builtin.stderr
+    eta, server = (json.loads((tmp_path / name).read_text()) for name in ("eta.json", "server.json"))
+    assert eta["info"]["strategy_options"]["eta"] == 0.5, eta["info"]
+    assert np.allclose(eta["params"], server["params"], rtol=1e-13, atol=0)
     # the method: with max_delay 0 only fresh gradients are applied; of three workers, some arrive stale
     method = mpiopt(1, [site], "async-sgd", "--method", "plugin-bounded-delay", "--method-opt", "max_delay=0",
                     "--taus", "1,2,3", "--step-size", "0.1", "--max-gradients", "300", "--quiet",
@@ -190,7 +219,7 @@ def test_load_plugins_in_python_imports_each_once(site, monkeypatch):
         load_plugins(["mpiopt_bare_plugin"], entry_points=False)  # a second call imports nothing again
         assert registry.options("penalty", "bare_scaled_l1")["scale"].default == 1.0
     finally:
-        for kind, name in [("penalty", "bare_scaled_l1"), ("compressor", "bare-grid"),
+        for kind, name in [("penalty", "bare_scaled_l1"), ("compressor", "bare-grid"), ("strategy", "bare_fedavg_eta"),
                            ("asyncsgd-method", "bare-bounded-delay")]:
             registry.unregister(kind, name)
         sys.modules.pop("mpiopt_bare_plugin", None)

@@ -95,6 +95,21 @@ def gather_messages(comm, error):
     return comm.allgather(str(error) if error is not None else None)
 
 
+def error_everywhere(comm, call, nothing="no CollectiveError raised"):
+    """Run ``call`` on every rank; return the CollectiveError after checking every rank raised the same one
+    (``nothing``: the failure's text when none was raised)."""
+    from mpiopt.core import CollectiveError
+    error = None
+    try:
+        call()
+    except CollectiveError as caught:
+        error = caught
+    messages = gather_messages(comm, error)
+    assert error is not None, nothing
+    assert all(message == messages[0] for message in messages), f"ranks raised different errors: {messages}"
+    return error
+
+
 def gpu_available():
     """Whether CuPy imports and sees at least one CUDA device (the ``gpu`` tests run only then)."""
     from mpiopt.core.backend import device_count

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import gather_messages
+from conftest import error_everywhere
 from mpiopt.admm import solve as solve_with_defaults
 
 from mpiopt.admm.engine import ConsensusADMM
@@ -33,19 +33,6 @@ def problem(comm, seed=3, rows=40, n=6):
 
 def shared_folder(comm, tmp_path_factory, name):
     return comm.bcast(str(tmp_path_factory.mktemp(name)) if comm.rank == 0 else None)
-
-
-def error_everywhere(comm, call):
-    """Run ``call`` on every rank; return the CollectiveError after checking every rank raised the same one."""
-    error = None
-    try:
-        call()
-    except CollectiveError as caught:
-        error = caught
-    messages = gather_messages(comm, error)
-    assert error is not None, "no CollectiveError raised"
-    assert all(message == messages[0] for message in messages), f"ranks raised different errors: {messages}"
-    return error
 
 
 def truncated(data):

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import gather_messages
+from conftest import error_everywhere
 from mpiopt.admm import elastic_net, huber_regression, solve
 from mpiopt.admm.path import regularization_path
 from mpiopt.admm.penalties import Penalty
 from mpiopt.admm.pieces import LAM
 from mpiopt.admm.solver import Problem
-from mpiopt.core import CollectiveError, registry
+from mpiopt.core import registry
 from mpiopt.core.options import Option, Options
 
 TIGHT = dict(eps_abs=1e-11, eps_rel=1e-11, max_iter=50000)
@@ -202,14 +202,7 @@ def bad_calls(A, b):
 def test_a_bad_option_is_one_line_on_every_rank(comm, mcp):
     A, b = rows(comm, *regression(4))
     for index, (call, message) in enumerate(bad_calls(A, b)):
-        error = None
-        try:
-            call()
-        except CollectiveError as caught:
-            error = caught
-        messages = gather_messages(comm, error)
-        assert error is not None, f"call {index} raised nothing ({message})"
-        assert all(m == messages[0] for m in messages), messages
+        error = error_everywhere(comm, call, f"call {index} raised nothing ({message})")
         assert message in str(error) and "\n" not in str(error), str(error)
         assert set(error.problems) == set(range(comm.size))
 

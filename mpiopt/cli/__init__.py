@@ -22,8 +22,8 @@ import sys
 
 from .. import __version__
 from . import asyncsgd, federated, slurm, solve, train
-from .common import (EXIT_STATUS, CheckingParser, CommandError, HelpFormatter, Parser, guard_against_plain_srun,
-                     registry_listing)
+from .common import (EXIT_STATUS, EXIT_USAGE, CheckingParser, CommandError, HelpFormatter, Parser,
+                     guard_against_plain_srun, registry_listing)
 
 __all__ = ["CheckingParser", "CommandError", "Parser", "build_parser", "main", "parse_arguments"]
 
@@ -94,8 +94,8 @@ def main(argv=None):
     argv, modules = plugin_arguments(argv)
     Parser.rank = comm.rank
     status = run_collectively(load_plugins, plugin_modules(modules), comm, comm=comm)
-    if status == 2:
-        return 2
+    if status == EXIT_USAGE:
+        return EXIT_USAGE
     args = parse_arguments(argv)
     if getattr(args, "checkpoint", None) is None:  # no checkpoint to write: SIGTERM stops, SIGUSR1 is ignored
         signals.release(pass_on=True)
@@ -105,14 +105,14 @@ def main(argv=None):
             if comm.rank == 0:
                 print("mpiopt slurm: error: it submits jobs; run it as one process, not under mpiexec",
                       file=sys.stderr, flush=True)
-            return 2
+            return EXIT_USAGE
     elif guard_against_plain_srun(comm):
-        return 2
+        return EXIT_USAGE
     try:
         return run_collectively(args.run, args, comm, comm=comm)
     except CommandError as error:  # one process: run_collectively passes it on
         print(f"mpiopt {args.command}: error: {error}", file=sys.stderr, flush=True)
-        return 2
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

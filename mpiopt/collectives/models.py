@@ -85,12 +85,12 @@ def _fit(sizes, times, small=1024, large=64 << 10):
     sizes, times = np.asarray(sizes, dtype=float), np.asarray(times, dtype=float)
     alpha = float(np.median(times[sizes <= small])) if np.any(sizes <= small) else float(times.min())
     big = sizes >= large
+    beta = 0.0
     if big.sum() >= 2:  # the slope of a line through the large messages only, so alpha's noise does not leak in
         beta = float(np.polyfit(sizes[big], times[big], 1)[0])
-    elif big.any():
-        beta = float((times[big][0] - alpha) / sizes[big][0])
-    else:
-        beta = 0.0
+    if beta <= 0 and big.any():  # one large size, or a line that a loaded machine's noise tilted down (a 64 KiB
+        largest = int(np.argmax(sizes))  # ping-pong slower than the 1 MiB one): the largest message over alpha
+        beta = float((times[largest] - alpha) / sizes[largest])
     return max(alpha, 0.0), max(beta, 0.0)
 
 

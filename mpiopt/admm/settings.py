@@ -15,12 +15,13 @@ ADAPTIVE_RHO = ("none", "osqp", "balance")
 @dataclasses.dataclass(frozen=True)
 class ADMMSettings(Settings):
     label = "ADMM"
+    choices = {"adaptive_rho": ADAPTIVE_RHO, "reducer": lambda: list(REDUCERS)}
 
     rho: float = None         # initial penalty parameter; None: from the data scale (mean Hessian diagonal)
     alpha: float = 1.6        # over-relaxation, in (0, 2); 1 means none
     eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
     eps_rel: float = 1e-6     # relative tolerance of the stopping rule
-    max_iter: int = 10000
+    max_iter: int = 10000     # iteration limit ("max_iterations" when it stops there)
     gap_tol: float = None     # also stop ("converged") when the relative duality gap is <= this (L1 / elastic net
                               # with the squared or logistic loss; gap.py); None: the residual rule only
     gap_every: int = 10       # with gap_tol, evaluate the gap every this many iterations (a pass over the rows)
@@ -32,8 +33,8 @@ class ADMMSettings(Settings):
     adaptive_rho_interval: int = 5      # check every this many iterations
     adaptive_rho_tolerance: float = 2.0  # adopt only a change by more than this factor
     anderson: int = 5           # Anderson acceleration memory (0: off); see anderson.py
-    x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm),
-    x_tol_min: float = 1e-12    # but never below this
+    x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm)
+    x_tol_min: float = 1e-12    # the iterative x-steps' gradient-norm tolerance never goes below this
     screening: bool = False     # gap-safe screening before the solve (L1 / elastic net, squared or logistic;
                                 # off with a checkpoint); see docs/admm.md "Screening"
     working_set: bool = None    # working sets (workingset.py) for L1 / elastic net with the squared or logistic

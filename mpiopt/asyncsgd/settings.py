@@ -34,6 +34,7 @@ def _declared(method, name):
 @dataclasses.dataclass(frozen=True)
 class AsyncSGDSettings(Settings):
     label = "async-sgd"
+    choices = {"runtime": RUNTIMES}
 
     method: str = "rennala"        # minibatch, asgd, rennala or ringmaster (registry kind "asyncsgd-method")
     runtime: str = "simulator"     # "simulator" (virtual clock) or "mpi" (rank 0 serves, ranks 1.. work)

@@ -3,7 +3,8 @@
 import argparse
 import math
 
-from .common import add_options_flag, chosen_options, exit_status, number, plot_problem, positive_int, widths
+from .common import (add_options_flag, add_settings_flags, chosen_options, exit_status, number, plot_problem,
+                     positive_int, settings_from, widths)
 
 
 def _threshold(text):
@@ -34,26 +35,19 @@ ASYNC_SGD_PROBLEM_OPTIONS = {"dim": "dim", "noise": "noise", "batch_size": "batc
 def add_parser(commands):
     from .. import asyncsgd as _asyncsgd  # noqa: F401 (registers the methods, problems and compute-time models)
     from .. import data as _data  # noqa: F401 (registers the data sets)
-    from ..asyncsgd import RUNTIMES, AsyncSGDSettings
+    from ..asyncsgd import AsyncSGDSettings
     from ..core.registry import names
-    defaults = AsyncSGDSettings()
     sgd = commands.add_parser(
         "async-sgd", help="SGD with heterogeneous workers: Minibatch, Asynchronous, Rennala and Ringmaster SGD",
         description="SGD with workers of different speeds, on a simulator (a virtual clock, thousands of "
                     "workers on one core) or on the MPI ranks (rank 0 serves, ranks 1.. compute). Prints the "
                     "measured time to epsilon beside the theory's prediction (constants dropped); --method all "
                     "compares every method on the same problem and workers. See docs/async_sgd.md.")
-    sgd.add_argument("--method", default=defaults.method, choices=names("asyncsgd-method") + ["all"],
-                     help="the method, or all of them one after another (default %(default)s)")
-    add_options_flag(sgd, "asyncsgd-method")
-    sgd.add_argument("--runtime", default=defaults.runtime, choices=list(RUNTIMES),
-                     help="simulator (virtual time) or mpi (rank 0 serves, ranks 1.. work) (default %(default)s)")
-    sgd.add_argument("--workers", type=positive_int, metavar="N",
-                     help="simulator: virtual workers (default 8, or one per --taus); mpi: ranks - 1 (the default)")
     times = sgd.add_mutually_exclusive_group()
-    times.add_argument("--tau", choices=names("tau-model"), help=f"compute-time model (default {defaults.tau})")
+    times.add_argument("--tau", choices=names("tau-model"), help=f"compute-time model (default {AsyncSGDSettings.tau})")
     times.add_argument("--taus", type=_times, metavar="T1,T2,...", help="fixed compute times, one per worker")
     add_options_flag(sgd, "tau-model", "tau")
+    add_options_flag(sgd, "asyncsgd-method")
     group = sgd.add_argument_group("problem")
     group.add_argument("--problem", default="quadratic", choices=names("asyncsgd-problem"),
                        help="(default %(default)s)")
@@ -64,38 +58,25 @@ def add_parser(commands):
     group.add_argument("--batch-size", type=positive_int, help="logistic, mlp: rows per stochastic gradient")
     group.add_argument("--dataset", choices=names("dataset"), help="logistic, mlp: the data set")
     group.add_argument("--hidden", type=widths, metavar="W1,W2,...", help="mlp: hidden layer widths")
-    group = sgd.add_argument_group("method")
-    group.add_argument("--epsilon", type=float, help="target for ||grad f||^2 (default 1e-2 ||grad f(x0)||^2)")
-    group.add_argument("--step-size", type=float, help="gamma (default: the theory's)")
-    group.add_argument("--batch", type=int, metavar="B", help="rennala: gradients per step (default: the theory's)")
-    group.add_argument("--threshold", type=_threshold, metavar="R",
-                       help="ringmaster: delay threshold, an integer or inf (default: the theory's)")
-    group.add_argument("--stop-computations", action="store_true",
-                       help="ringmaster: stop a worker's gradient once its delay reaches R")
-    group.add_argument("--no-delay-adaptive", action="store_true", help="asgd: a constant step size")
-    group.add_argument("--no-restart", action="store_true", help="rennala: workers keep computing after a step")
-    group = sgd.add_argument_group("stopping and time")
-    group.add_argument("--max-steps", type=int, default=defaults.max_steps, help="(default: no cap)")
-    group.add_argument("--max-gradients", type=int, default=defaults.max_gradients,
-                       help="gradients that reached the server (default %(default)s)")
-    group.add_argument("--max-time", type=float, help="in compute-time units (default: no cap)")
-    group.add_argument("--no-stop-at-epsilon", action="store_true", help="go on after reaching epsilon")
-    group.add_argument("--eval-every", type=int, default=defaults.eval_every,
-                       help="steps between evaluations of f and ||grad f||^2 (default %(default)s)")
-    group.add_argument("--seed", type=int, default=defaults.seed, help="gradient noise and random compute times")
-    group.add_argument("--time-unit", type=float, default=defaults.time_unit,
-                       help="mpi: seconds per compute-time unit (default %(default)s)")
-    group.add_argument("--idle-timeout", type=float, default=defaults.idle_timeout,
-                       help="mpi: seconds the server waits for a message before giving up (default %(default)s)")
+    group = sgd.add_argument_group("method, stopping and time (generated from mpiopt.asyncsgd.AsyncSGDSettings)")
+    shown = {
+        "method": {"choices": names("asyncsgd-method") + ["all"], "default": AsyncSGDSettings.method,
+                   "help": "the method, or all of them one after another (default %(default)s)"},
+        "n_workers": {"flags": ["--workers"], "type": positive_int, "default": None, "metavar": "N",
+                      "help": "simulator: virtual workers (default 8, or one per --taus); mpi: ranks - 1 (the "
+                              "default)"},
+        "threshold": {"type": _threshold, "default": None, "metavar": "R",
+                      "help": "ringmaster: delay threshold, an integer or inf (default: the theory's)"},
+        "batch": {"type": int, "default": None, "metavar": "B",
+                  "help": "rennala: gradients per step (default: the theory's)"},
+        "verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no iteration log"}}
+    settings = add_settings_flags(group, AsyncSGDSettings, shown=shown, defaults={"verbose": True})
     group = sgd.add_argument_group("output")
     group.add_argument("--output", default="mpiopt_async_sgd.json",
                        help="JSON result file; with --method all, every method's result (default %(default)s)")
     group.add_argument("--plot", metavar="FILE.png",
                        help="loss and ||grad f||^2 against time, every method in one figure (needs matplotlib)")
-    group.add_argument("--trace", action="store_true", help="keep every arrival in the result (info.trace)")
-    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K evaluations")
-    group.add_argument("--quiet", action="store_true", help="no iteration log")
-    sgd.set_defaults(run=run_async_sgd, parser=sgd)
+    sgd.set_defaults(run=run_async_sgd, parser=sgd, async_settings=settings)
 
 
 def _async_sgd_checks(args, comm):
@@ -103,7 +84,7 @@ def _async_sgd_checks(args, comm):
     from ..core.registry import options
     given = {keyword: getattr(args, option) for option, keyword in ASYNC_SGD_PROBLEM_OPTIONS.items()
              if getattr(args, option) is not None}
-    n_workers = args.workers
+    n_workers = args.n_workers
     if args.runtime == "mpi":
         if comm.size < 2:
             return given, n_workers, "the mpi runtime needs at least 2 ranks (a server and a worker): run it " \
@@ -139,16 +120,8 @@ def run_async_sgd(args, comm):
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     names = methods() if args.method == "all" else [args.method]  # all: in registration order
     tau = args.taus if args.taus is not None else args.tau
-    method_flags = {"batch": args.batch, "threshold": args.threshold,  # each given one to the method declaring it
-                    "stop_computations": True if args.stop_computations else None,
-                    "delay_adaptive": False if args.no_delay_adaptive else None,
-                    "restart": False if args.no_restart else None}
-    common = dict(runtime=args.runtime, n_workers=n_workers, epsilon=args.epsilon, step_size=args.step_size,
-                  **{key: value for key, value in method_flags.items() if value is not None},
-                  max_steps=args.max_steps, max_gradients=args.max_gradients, max_time=args.max_time,
-                  stop_at_epsilon=not args.no_stop_at_epsilon, eval_every=args.eval_every, seed=args.seed,
-                  time_unit=args.time_unit, idle_timeout=args.idle_timeout, trace=args.trace,
-                  verbose=not args.quiet, log_every=args.log_every)
+    common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers)
+    common.pop("method", None)
     if tau is not None:
         common["tau"] = tau
     for name in names:  # every method's settings are checked before any work

@@ -2,6 +2,7 @@
 registered piece, the plot check and the exit codes.
 """
 import argparse
+import dataclasses
 import math
 import re
 import sys
@@ -215,3 +216,64 @@ def declared_only(kind, name, values):
     from ..core.registry import options
     declared = options(kind, name)
     return {option: value for option, value in values.items() if option in declared}
+
+
+def add_settings_flags(parser, settings_class, skip=(), shown=None, defaults=None):
+    """A flag for every field of the settings dataclass ``settings_class`` but ``skip``; returns their names.
+
+    Each flag is generated from its field: ``--field-name`` (dest the field), typed by the annotation (int,
+    float, str), its choices from ``settings_class.choices``, its help the field's comment
+    (:func:`mpiopt.core.settings.field_docs`) and its default the field's; a bool is a switch (``--name``
+    when it defaults to False, ``--no-name`` when True, both when None).  A field typed otherwise (a dict, a
+    tuple, an object) has no flag.  ``defaults`` gives the command line's own defaults (the log on:
+    ``verbose=True``); ``shown`` maps a field to the argparse keywords that replace the generated ones, with
+    ``flags`` for its option strings, where the command line has long spelled it otherwise (``--quiet``)."""
+    from ..core.settings import field_docs
+    docs, shown, defaults = field_docs(settings_class), shown or {}, defaults or {}
+    names = []
+    for field in dataclasses.fields(settings_class):
+        if field.name in skip:
+            continue
+        default = defaults.get(field.name, field.default)
+        doc = docs.get(field.name, "").replace("%", "%%")  # argparse formats the help with %
+        spec = _settings_flag(field, default, doc, settings_class.choices.get(field.name))
+        if spec is None and field.name not in shown:
+            continue
+        if field.name in shown:  # its own keywords; the generated flag and help unless it gives them
+            spec = dict({"flags": (spec or {}).get("flags", ["--" + field.name.replace("_", "-")]),
+                         "help": (spec or {}).get("help", doc)}, **shown[field.name])
+        parser.add_argument(*spec.pop("flags"), dest=field.name, **spec)
+        names.append(field.name)
+    return names
+
+
+def _settings_flag(field, default, doc, choices):
+    """The generated flag of one settings field: {"flags": [...], argparse keywords}, or None (no flag)."""
+    flag = "--" + field.name.replace("_", "-")
+    kind = field.type if isinstance(field.type, type) else {"int": int, "float": float, "str": str,
+                                                            "bool": bool}.get(field.type)
+    if kind is bool:
+        if default is None:
+            return {"flags": [flag], "action": argparse.BooleanOptionalAction, "default": None, "help": doc}
+        if default:
+            return {"flags": ["--no-" + flag[2:]], "action": "store_false", "default": True,
+                    "help": doc + " (on by default; this flag turns it off)"}
+        return {"flags": [flag], "action": "store_true", "default": False, "help": doc}
+    if kind not in (int, float, str):
+        return None
+    choices = choices() if callable(choices) else choices
+    shown = "" if default is None else f" (default {default})"
+    return {"flags": [flag], "type": kind, "default": default, "help": doc + shown,
+            **({"choices": list(choices)} if choices is not None else {"metavar": field.name.upper()})}
+
+
+def settings_from(args, names, settings_class):
+    """The settings the flags of :func:`add_settings_flags` (``names``) set, by field: those that differ from
+    ``settings_class``'s defaults (the API then routes just what was set, as when a user calls it)."""
+    defaults = {field.name: field.default for field in dataclasses.fields(settings_class)}
+    return {name: getattr(args, name) for name in names
+            if not (getattr(args, name) is defaults[name] or _equal(getattr(args, name), defaults[name]))}
+
+
+def _equal(a, b):
+    return type(a) is type(b) and a == b

@@ -1,18 +1,15 @@
 """``mpiopt federated``: federated learning over virtual clients on the ranks.
 """
-from .common import (add_checkpoint_options, add_options_flag, built, chosen_options, declared_only, exit_status,
-                     plot_problem, positive_int, routed, widths)
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, chosen_options, declared_only,
+                     exit_status, plot_problem, positive_int, routed, settings_from, widths)
 
 
 def add_parser(commands):
     from .. import data as _data  # noqa: F401 (registers the data sets)
     from .. import federated as _federated  # noqa: F401 (registers the strategies and partitioners)
     from .. import models as _models  # noqa: F401 (registers the models)
-    from ..collectives import REDUCERS
     from ..core.registry import names
     from ..federated import FederatedSettings
-    from ..federated.settings import CLIENT_SAMPLINGS
-    defaults = FederatedSettings()
     federated = commands.add_parser(
         "federated", help="federated learning: K virtual clients over the ranks, FedAvg, FedSGD, FedProx, FedNova",
         description="Federated learning with K virtual clients spread over the MPI ranks (client k on rank k % p): "
@@ -40,23 +37,13 @@ def add_parser(commands):
     add_options_flag(group, "model")
     group.add_argument("--hidden", type=widths, default=(32,), metavar="W1,W2,...", help="mlp: hidden widths")
     group.add_argument("--weight-penalty", type=float, default=0.0, help="the model's L2 penalty alpha")
-    group = federated.add_argument_group("rounds")
-    group.add_argument("--rounds", type=int, default=defaults.rounds, help="(default %(default)s)")
-    group.add_argument("--fraction", type=float, default=defaults.fraction, help="C (default %(default)s)")
-    group.add_argument("--client-sampling", choices=CLIENT_SAMPLINGS, default=defaults.client_sampling,
-                       help="fixed: max(1, round(C K)) clients a round, without replacement; poisson: each client "
-                            "with probability C (DP-FedAvg's accounting: Poisson, add or remove one client; "
-                            "recommended with --dp-clip) (default %(default)s)")
-    group.add_argument("--local-epochs", type=int, default=defaults.local_epochs, help="E (default %(default)s)")
-    group.add_argument("--batch-size", type=int, default=defaults.batch_size, help="B, 0 for all rows (default %(default)s)")
-    group.add_argument("--lr", type=float, default=defaults.lr, help="client learning rate (default %(default)s)")
-    group.add_argument("--momentum", type=float, default=defaults.momentum, help="client SGD momentum")
-    group.add_argument("--seed", type=int, default=defaults.seed, help="split, partition, sampling, faults")
-    group.add_argument("--dropout", type=float, default=defaults.dropout, help="dropout probability per client")
-    group.add_argument("--stragglers", type=float, default=defaults.stragglers, help="share of stragglers")
-    group.add_argument("--tolerate-failures", action="store_true", help="leave failing clients out of their round")
-    group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS), help="(default %(default)s)")
-    group.add_argument("--eval-every", type=int, default=defaults.eval_every, help="rounds between test evaluations")
+    group = federated.add_argument_group("rounds (generated from mpiopt.federated.FederatedSettings)")
+    shown = {"verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no round log"},
+             "batch_size": {"type": _rows, "default": FederatedSettings.batch_size, "metavar": "B",
+                            "help": "B: rows per local step, 0 for all of a client's rows "
+                                    f"(default {FederatedSettings.batch_size})"}}
+    settings = add_settings_flags(group, FederatedSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
+                                  defaults={"verbose": True})
     group = federated.add_argument_group("privacy and secure aggregation (docs/federated.md)")
     group.add_argument("--dp-clip", type=float, metavar="S",
                        help="client-level DP-FedAvg: clip each client's update to L2 norm S (turns DP on)")
@@ -72,9 +59,13 @@ def add_parser(commands):
     group.add_argument("--csv", help="per-round CSV file")
     group.add_argument("--plot", help="per-round plot (needs matplotlib)")
     add_checkpoint_options(group, "state at round boundaries", "rounds")
-    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K rounds")
-    group.add_argument("--quiet", action="store_true", help="no round log")
-    federated.set_defaults(run=run_federated, parser=federated)
+    federated.set_defaults(run=run_federated, parser=federated, federated_settings=settings)
+
+
+def _rows(text):
+    """--batch-size: rows per local step, 0 (None) for all of a client's rows."""
+    value = int(text)
+    return None if value == 0 else value
 
 
 def _federated_clients(args, comm):
@@ -136,6 +127,7 @@ def _federated_hooks(args):
 def run_federated(args, comm):
     from ..core.comm import check_collectively
     from ..core.io import check_writable, write_json
+    from ..federated import FederatedSettings
     from ..federated import run_federated as federate
     check_writable(args.output, comm)
     check_writable(args.csv, comm, what="CSV file")
@@ -153,12 +145,8 @@ def run_federated(args, comm):
     hooks, hooks_problem = _federated_hooks(args)
     check_collectively(comm, problem or model_problem or hooks_problem or plot_problem(args.plot, comm))
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,
-                      hooks=hooks,
-                      rounds=args.rounds, fraction=args.fraction, client_sampling=args.client_sampling,
-                      local_epochs=args.local_epochs, batch_size=args.batch_size or None, lr=args.lr, momentum=args.momentum, seed=args.seed,
-                      dropout=args.dropout, stragglers=args.stragglers, tolerate_failures=args.tolerate_failures,
-                      reducer=args.reducer, eval_every=args.eval_every, checkpoint=args.checkpoint,
-                      checkpoint_every=args.checkpoint_every, verbose=not args.quiet, log_every=args.log_every)
+                      hooks=hooks, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                      **settings_from(args, args.federated_settings, FederatedSettings))
     if comm.rank == 0:
         write_json(args.output, dict(result.to_dict(), source=source))
         if args.csv:

@@ -1,8 +1,10 @@
 """``mpiopt lasso`` and ``mpiopt solve``: consensus ADMM, the lasso with its reference and the general solver.
 """
+import argparse
 import time
 
-from .common import add_checkpoint_options, add_options_flag, chosen_options, exit_status, labels, positive_int, shape
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, chosen_options, exit_status,
+                     labels, positive_int, settings_from, shape)
 
 
 def add_parsers(commands):
@@ -61,41 +63,36 @@ def add_parsers(commands):
 
 
 def _add_admm_settings(parser):
-    from ..admm.settings import ADAPTIVE_RHO, ADMMSettings
-    from ..collectives import REDUCERS
-    defaults = ADMMSettings()
-    group = parser.add_argument_group("ADMM settings")
-    group.add_argument("--rho", type=float, default=defaults.rho,
-                       help="initial penalty parameter (default: from the data scale)")
-    group.add_argument("--adaptive-rho", default=defaults.adaptive_rho, choices=ADAPTIVE_RHO,
-                       help="rho adaptation (default %(default)s)")
-    group.add_argument("--alpha", type=float, default=defaults.alpha, help="over-relaxation in (0, 2) (default %(default)s)")
-    group.add_argument("--eps-abs", type=float, default=defaults.eps_abs, help="absolute tolerance (default %(default)s)")
-    group.add_argument("--eps-rel", type=float, default=defaults.eps_rel, help="relative tolerance (default %(default)s)")
-    group.add_argument("--max-iter", type=int, default=defaults.max_iter, help="iteration limit (default %(default)s)")
-    group.add_argument("--gap-tol", type=float, default=defaults.gap_tol,
-                       help="stop when the relative duality gap is below this (L1 / elastic net with the squared "
-                            f"or logistic loss); default: working sets stop at --eps-rel ({defaults.eps_rel:g} by "
+    """The ADMM settings' flags, generated from ADMMSettings' fields (its checkpoint fields are
+    ``add_checkpoint_options``'s); the names kept for ``_settings``."""
+    from ..admm.settings import ADMMSettings
+    eps_rel = ADMMSettings().eps_rel
+    group = parser.add_argument_group("ADMM settings (generated from mpiopt.admm.ADMMSettings)")
+    shown = {
+        "verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no iteration log"},
+        "working_set": {"type": _auto_on_off, "default": "auto", "metavar": "{auto,on,off}",
+                        "help": "working sets (L1 / elastic net with the squared or logistic loss): solve on a "
+                                "growing set of columns until the relative duality gap on all of them is below "
+                                "--gap-tol (--eps-rel if not given); auto: on for CPU data (default auto)"},
+        "gap_tol": {"type": float, "default": None, "metavar": "GAP_TOL",
+                    "help": "stop when the relative duality gap is below this (L1 / elastic net with the squared "
+                            f"or logistic loss); default: working sets stop at --eps-rel ({eps_rel:g} by "
                             "default), the full solver (--working-set off) by its residuals alone, the gap only "
-                            "reported at the end")
-    group.add_argument("--gap-every", type=int, default=defaults.gap_every,
-                       help="with --gap-tol, iterations between gap evaluations (default %(default)s)")
-    group.add_argument("--working-set", choices=("auto", "on", "off"), default="auto",
-                       help="working sets (L1 / elastic net with the squared or logistic loss): solve on a growing "
-                            "set of columns until the relative duality gap on all of them is below --gap-tol "
-                            "(--eps-rel if not given); auto: on for CPU data (default %(default)s)")
-    group.add_argument("--working-set-size", type=int, default=defaults.working_set_size,
-                       help="the first working set's size (default %(default)s)")
-    group.add_argument("--screening", action="store_true",
-                       help="gap-safe screening in the full solver (--working-set off; working sets always screen)")
-    group.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none (default %(default)s)")
-    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K iterations (default %(default)s)")
-    group.add_argument("--reducer", default=defaults.reducer,
-                       help=f"all-reduce of the z-step: {', '.join(REDUCERS)} (default %(default)s)")
-    group.add_argument("--blas-threads", type=int, default=None, metavar="K",
-                       help="BLAS threads per rank (default: the node's cores shared among its ranks, unless "
-                            "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set)")
-    group.add_argument("--quiet", action="store_true", help="no iteration log")
+                            "reported at the end"},
+        "blas_threads": {"type": int, "default": None, "metavar": "K",
+                         "help": "BLAS threads per rank (default: the node's cores shared among its ranks, unless "
+                                 "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set)"}}
+    names = add_settings_flags(group, ADMMSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
+                               defaults={"verbose": True})
+    parser.set_defaults(admm_settings=names)
+
+
+def _auto_on_off(text):
+    """--working-set: auto (None, the solver decides), on (True) or off (False)."""
+    values = {"auto": None, "on": True, "off": False}
+    if text not in values:
+        raise argparse.ArgumentTypeError(f"expected auto, on or off, got {text!r}")
+    return values[text]
 
 
 def _add_data_source(parser, data_help):
@@ -111,12 +108,8 @@ def _add_data_source(parser, data_help):
 
 
 def _settings(args):
-    return dict(rho=args.rho, alpha=args.alpha, eps_abs=args.eps_abs, eps_rel=args.eps_rel,
-                max_iter=args.max_iter, time_limit=args.time_limit, log_every=args.log_every,
-                reducer=args.reducer, adaptive_rho=args.adaptive_rho, verbose=not args.quiet,
-                blas_threads=args.blas_threads, gap_tol=args.gap_tol, gap_every=args.gap_every,
-                working_set={"auto": None, "on": True, "off": False}[args.working_set],
-                working_set_size=args.working_set_size, screening=args.screening)
+    from ..admm.settings import ADMMSettings
+    return settings_from(args, args.admm_settings, ADMMSettings)
 
 
 def _groups(args, n_columns):

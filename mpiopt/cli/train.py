@@ -2,17 +2,16 @@
 """
 import argparse
 
-from .common import add_checkpoint_options, add_options_flag, built, chosen_options, exit_status, positive_int, widths
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, chosen_options, exit_status,
+                     settings_from, widths)
 
 
 def add_parser(commands):
     from .. import data as _data  # noqa: F401 (registers the data sets)
     from .. import models as _models  # noqa: F401 (registers the models)
     from .. import optim as _optim  # noqa: F401 (registers the optimizers)
-    from ..collectives import REDUCERS
     from ..core.registry import names
     from ..train import TrainSettings
-    defaults = TrainSettings()
     train = commands.add_parser(
         "train", help="data-parallel training of a model on a data set: DDP buckets and overlap, ZeRO stages 1-3",
         description="Data-parallel training: every rank holds the data set and takes its share of each global "
@@ -30,38 +29,22 @@ def add_parser(commands):
     train.add_argument("--lr", type=float, default=1e-3, help="learning rate (default %(default)s)")
     train.add_argument("--momentum", type=float, help="sgd: momentum")
     train.add_argument("--weight-decay", type=float, help="L2 weight decay in the optimizer")
-    train.add_argument("--epochs", type=int, default=defaults.epochs, help="(default %(default)s)")
-    train.add_argument("--batch-size", type=int, default=defaults.batch_size,
-                       help="global batch, over all ranks (default %(default)s)")
-    train.add_argument("--seed", type=int, default=defaults.seed, help="order of the batches, starting point, split")
-    train.add_argument("--max-steps", type=int, help="stop after this many steps in all")
-    train.add_argument("--time-limit", type=float, default=defaults.time_limit, help="seconds, 0 for none")
-    group = train.add_argument_group("communication")
-    group.add_argument("--reducer", default=defaults.reducer, choices=list(REDUCERS),
-                       help="collective algorithm (default %(default)s)")
-    group.add_argument("--compressor", choices=names("compressor"),
-                       help="compress the gradient buckets (default: none); its options below")
-    feedback = group.add_mutually_exclusive_group()
-    feedback.add_argument("--error-feedback", dest="error_feedback", action="store_const", const=True,
-                          help="compressor: carry what compression drops into the next step (default: as the "
-                               "compressor says: on for the biased ones, off for the unbiased ones)")
-    feedback.add_argument("--no-error-feedback", dest="error_feedback", action="store_const", const=False,
-                          help="compressor: drop what compression loses")
+    group = train.add_argument_group("training settings (generated from mpiopt.train.TrainSettings)")
+    shown = {"verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no training log"},
+             "overlap": {"flags": ["--no-overlap"], "action": "store_false",
+                         "help": "reduce the buckets after the backward pass"},
+             "blas_threads": {"type": int, "default": None, "metavar": "K", "help": "BLAS threads per rank"},
+             "compressor": {"choices": names("compressor"), "default": None,
+                            "help": "compress the gradient buckets (default: none); its options below"}}
+    settings = add_settings_flags(group, TrainSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
+                                  defaults={"verbose": True})
+    group = train.add_argument_group("compressor options (declared by the compressors)")
     add_options_flag(group, "compressor")
     flags = _add_compressor_options(train, group)
-    group.add_argument("--zero-stage", type=int, default=defaults.zero_stage, choices=(0, 1, 2, 3),
-                       help="0: replicated (DDP); 1: shard optimizer state; 2: and gradients; 3: and parameters "
-                            "(default %(default)s)")
-    group.add_argument("--bucket-bytes", type=positive_int, default=defaults.bucket_bytes,
-                       help="gradient bucket size (default %(default)s)")
-    group.add_argument("--no-overlap", action="store_true", help="reduce the buckets after the backward pass")
     group = train.add_argument_group("output")
     group.add_argument("--output", default="mpiopt_train.json", help="JSON result file (default %(default)s)")
     add_checkpoint_options(group, "training state", "steps")
-    group.add_argument("--log-every", type=int, default=defaults.log_every, help="log every K steps")
-    group.add_argument("--blas-threads", type=int, default=None, metavar="K", help="BLAS threads per rank")
-    group.add_argument("--quiet", action="store_true", help="no training log")
-    train.set_defaults(run=run_train, parser=train, compressor_flags=flags,
+    train.set_defaults(run=run_train, parser=train, compressor_flags=flags, train_settings=settings,
                        check=lambda args: _compressor_choice(args)[1])
 
 
@@ -139,7 +122,7 @@ def run_train(args, comm):
     from ..core.comm import check_collectively
     from ..core.io import check_writable, write_json
     from ..data import load_dataset
-    from ..train import train
+    from ..train import TrainSettings, train
     check_writable(args.output, comm)
     check_writable(args.checkpoint, comm, what="checkpoint")
     compressor_options, problem = _compressor_choice(args)
@@ -151,14 +134,10 @@ def run_train(args, comm):
                                          {"momentum": args.momentum, "weight_decay": args.weight_decay},
                                          {"lr": args.lr}, args)
     check_collectively(comm, problem or optimizer_problem)
-    result = train(model, data.X_train, data.y_train, optimizer, comm, epochs=args.epochs,
-                   batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps, time_limit=args.time_limit,
-                   reducer=args.reducer, compressor=args.compressor, compressor_options=compressor_options or None,
-                   **({} if args.error_feedback is None else {"error_feedback": args.error_feedback}),
-                   zero_stage=args.zero_stage,
-                   bucket_bytes=args.bucket_bytes, overlap=not args.no_overlap, checkpoint=args.checkpoint,
-                   checkpoint_every=args.checkpoint_every, log_every=args.log_every, verbose=not args.quiet,
-                   blas_threads=args.blas_threads)
+    settings = dict(settings_from(args, args.train_settings, TrainSettings),
+                    compressor_options=compressor_options or None)
+    result = train(model, data.X_train, data.y_train, optimizer, comm, checkpoint=args.checkpoint,
+                   checkpoint_every=args.checkpoint_every, **settings)
     if comm.rank == 0:
         test = {"rows": data.n_test, "loss": model.loss(result.params, data.X_test, data.y_test)}
         if data.n_classes and model.n_classes:

@@ -7,7 +7,13 @@ validates the settings on every rank and raises the same CollectiveError
 everywhere when any rank's are invalid or the ranks disagree.
 """
 import dataclasses
+import functools
+import inspect
+import io
 import math
+import re
+import textwrap
+import tokenize
 
 from .comm import check_collectively, first_problem
 
@@ -35,6 +41,45 @@ def checkpoint_and_log_checks(settings):
     ]
 
 
+@functools.lru_cache(maxsize=None)
+def field_docs(cls):
+    """{field: its help}: the comment beside each field of the settings dataclass ``cls`` joined with the
+    comment lines under it, base classes first (comments as the fields' docs, the way simple-parsing and
+    Sphinx's ``#:`` read them).  A class whose source cannot be read has no docs (empty)."""
+    docs = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass) or "__dataclass_fields__" not in vars(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        docs.update(_comments_of_fields(source, {field.name for field in dataclasses.fields(klass)}))
+    return docs
+
+
+def _comments_of_fields(source, fields):
+    """{field: the comment on its line and the comment-only lines that follow it} in a class's ``source``."""
+    docs, current, last_row = {}, None, None
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        kind, text, (row, column), _, line = token
+        stripped = line.strip()
+        if kind == tokenize.NAME and stripped.startswith(text) and re.match(rf"{text}\s*:", stripped) \
+                and text in fields and row != last_row:
+            current, last_row = text, row
+            docs.setdefault(text, "")
+        elif kind == tokenize.COMMENT and current is not None:
+            alone = stripped.startswith("#")
+            if row == last_row or (alone and docs[current]):
+                docs[current] = f"{docs[current]} {text.lstrip('#').strip()}".strip()
+            else:
+                current = None
+        elif kind not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT) \
+                and row != last_row:
+            current = None
+    return {name: doc for name, doc in docs.items() if doc}
+
+
 def _plain(value):
     if isinstance(value, (str, int, float, bool, type(None), dict, list, tuple)) or not hasattr(value, "name"):
         return value
@@ -46,6 +91,8 @@ class Settings:
     """Base of every method's settings; subclasses are frozen dataclasses."""
 
     label = "method"  # in "unknown <label> setting(s)"
+    choices = {}  # field -> its allowed values (or a function returning them, for registry names): the command
+                  # line's choices for the field's flag; the checks stay in checks()
 
     @classmethod
     def from_kwargs(cls, **settings):

@@ -32,6 +32,7 @@ def local_training_checks(settings):
 @dataclasses.dataclass(frozen=True)
 class FederatedSettings(Settings):
     label = "federated"
+    choices = {"client_sampling": CLIENT_SAMPLINGS, "reducer": lambda: list(REDUCERS)}
 
     rounds: int = 10               # communication rounds (counted from the first run when resumed)
     fraction: float = 0.1          # C: the share of the K clients sampled each round

@@ -26,6 +26,8 @@ DEVICES = (None, "cpu", "gpu")
 @dataclasses.dataclass(frozen=True)
 class TrainSettings(Settings):
     label = "training"
+    choices = {"zero_stage": ZERO_STAGES, "reducer": lambda: list(REDUCERS), "compressor": lambda: names("compressor"),
+               "device": ("cpu", "gpu")}
 
     epochs: int = 1              # passes over the training set
     batch_size: int = 64         # global batch: rows per step over all ranks together

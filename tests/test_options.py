@@ -153,3 +153,30 @@ def test_a_declared_piece_checks_its_values_and_the_registry_builds_it_by_name()
             registry.build("test-kind", "nope", {})
     finally:
         registry.unregister("test-kind", "piece")
+
+
+def test_an_older_tuple_of_option_names_is_read_by_the_registry_for_every_kind():
+    # review of issue 20: the older ``options = ("lam",)`` tuple was read only by the ADMM front ends, so the
+    # command line and the other kinds saw no options for such a piece
+    class OldPenalty:
+        options = ("lam", "tilt")
+
+    class OldStrategy:
+        options = ("server_lr",)
+
+    registry.register("penalty", "old_tuple_penalty", OldPenalty)
+    registry.register("strategy", "old_tuple_strategy", OldStrategy)
+    try:
+        declared = registry.options("penalty", "old_tuple_penalty")
+        assert list(declared) == ["lam", "tilt"]
+        assert declared["lam"] is registry.options("penalty", "l1")["lam"], "lam as the penalties declare it"
+        assert declared["tilt"].type is object and declared["tilt"].default is None
+        assert registry.options_problem("penalty", "old_tuple_penalty", {"lam": -1.0}).endswith(
+            "lam must be a finite number >= 0, got -1.0")
+        assert registry.options_problem("penalty", "old_tuple_penalty", {"gamma": 3}) == \
+            "penalty 'old_tuple_penalty' takes lam, tilt; got gamma"
+        server_lr = registry.options("strategy", "old_tuple_strategy")["server_lr"]
+        assert server_lr == registry.options("strategy", "fedavg")["server_lr"]
+    finally:
+        registry.unregister("penalty", "old_tuple_penalty")
+        registry.unregister("strategy", "old_tuple_strategy")

@@ -18,8 +18,8 @@ an error naming the options it takes, and an option given both ways is an
 error too.  A piece with a name clashing with a setting takes it through its
 ``*_options`` dict only.
 """
-from ..core.options import NO_OPTIONS, Option, Options
-from ..core.registry import lookup, names, unknown
+from ..core.options import NO_OPTIONS, Option
+from ..core.registry import names, options, unknown
 
 # the penalties' weight, in the words users, scripts and tests already know (``lam must be a finite number >= 0,
 # got -1.0``)
@@ -27,30 +27,17 @@ LAM = Option("lam", float, None, "the penalty's weight; None: give lam_ratio (la
              low=0, message="{name} must be a finite number >= 0, got {value!r}")
 
 
-def declared(item, kind):
-    """The declared options of a ``kind`` ("loss", "penalty") class.  A user's older ``options = ("lam",
-    ...)`` tuple of names reads each name as the first registered piece of the kind declares it (``lam``
-    as the penalties' weight), or as an option taking any value, None by default."""
-    options = getattr(item, "options", NO_OPTIONS)
-    if isinstance(options, Options):
-        return options
-    known = {}
-    for piece in reversed([lookup(kind, name) for name in names(kind)]):
-        if isinstance(getattr(piece, "options", None), Options):
-            known.update(piece.options)
-    return Options(*(known.get(name) or Option(name, object, None) for name in options))
-
-
 def declared_of(kind, name):
-    """The declared options of the registered ``kind`` ``name``; none for an unknown name or an object."""
+    """The declared options of the registered ``kind`` ``name`` (``registry.options``); none for an unknown
+    name or an object (a Penalty instance, which carries its values)."""
     if not isinstance(name, str) or unknown(kind, name):
         return NO_OPTIONS
-    return declared(lookup(kind, name), kind)
+    return options(kind, name)
 
 
 def every_option(kind):
     """The names that some registered piece of ``kind`` declares."""
-    return {option for name in names(kind) for option in declared(lookup(kind, name), kind)}
+    return {option for name in names(kind) for option in options(kind, name)}
 
 
 def split_keywords(keywords, settings, *, penalty=None, loss=None):

@@ -40,7 +40,7 @@ from .design import Design, is_sparse
 from .engine import ConsensusADMM
 from .gap import column_norms, dual_point, gap_terms, screen
 from .penalties import _exact
-from .pieces import declared, declared_of, merge, split_keywords
+from .pieces import declared_of, merge, split_keywords
 from .point import Point
 from .printing import admm_log, banner_lines, footer_lines
 from .settings import ADMMSettings
@@ -89,7 +89,7 @@ def penalty_problem(penalty, lam, options, lam_ratio, n_features, merging=None):
     if merging:
         return merging
     kind = lookup("penalty", penalty)
-    declaration = declared(kind, "penalty")
+    declaration = declared_of("penalty", penalty)
     every = {**declaration.defaults(), **options}  # for the penalty's own check
     owner = f"penalty {penalty!r}"
     message = declaration.unknown(options, owner)
@@ -175,8 +175,8 @@ class Problem:
         problem = unknown("loss", loss) or problem
         kind = None if problem else lookup("loss", loss)
         if kind is not None:
-            problem = declared(kind, "loss").problem(given, f"loss {loss!r}")
-        self.loss_options = {**declared(kind, "loss").defaults(), **given} if kind is not None and not problem \
+            problem = declared_of("loss", loss).problem(given, f"loss {loss!r}")
+        self.loss_options = {**declared_of("loss", loss).defaults(), **given} if kind is not None and not problem \
             else given
         problem = problem or data_problem(A_local, b_local, xp, kind.target_name)
         problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
@@ -227,7 +227,7 @@ class Problem:
             keywords["l1_ratio"] = l1_ratio
         kind = lookup("penalty", penalty)
         routed, _, _ = split_keywords(keywords, (), penalty=penalty)
-        options = {**declared(kind, "penalty").defaults(), **routed, **(penalty_options or {})}
+        options = {**declared_of("penalty", penalty).defaults(), **routed, **(penalty_options or {})}
         options.pop("lam", None)
         key = (penalty, repr([(name, None if value is None else _exact(value)) for name, value in options.items()]))
         if key not in self._lambda_max:

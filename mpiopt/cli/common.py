@@ -106,11 +106,13 @@ def add_checkpoint_options(group, state, unit):
 def built(kind, name, given, always, args=None):
     """(the registered ``kind`` ``name`` built from its options, a problem or None), read by its declaration.
 
-    ``given`` holds options the user set (None: not set): one the piece does not declare is a problem.
+    Built by ``registry.build`` (the declaration's checks, then the constructor).  ``given`` holds options the
+    user set (None: not set): one the piece does not declare is a problem, in the words the command line has
+    long used (``optimizer adam takes no momentum``: a flag of the command, not a keyword).
     ``always`` holds values the command line always has (the data's shape, a flag's default): passed when the
     piece declares them.  With ``args``, the ``--KIND-opt`` values come last.  The constructor's own error
     (a bad value) is a problem too."""
-    from ..core.registry import lookup, options
+    from ..core.registry import build, options
     chosen, problem = chosen_options(args, kind, name) if args is not None else ({}, None)
     if problem:
         return None, problem
@@ -120,7 +122,7 @@ def built(kind, name, given, always, args=None):
         return None, f"{kind} {name} takes no {', '.join(refused)}"
     values = {key: value for key, value in {**always, **given}.items() if value is not None and key in declared}
     try:
-        return lookup(kind, name)(**values, **chosen), None
+        return build(kind, name, {**values, **chosen}), None
     except (TypeError, ValueError) as error:
         return None, str(error)
 

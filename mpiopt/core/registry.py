@@ -16,7 +16,8 @@ still imports nothing above it.
 
 Each piece also declares the options it takes (:mod:`.options`): a class as
 its ``options`` attribute, a factory function through ``register(...,
-options=Options(...))``.  ``options(kind, name)`` returns the declaration and
+options=Options(...))``.  ``options(kind, name)`` returns the declaration (a user's older ``options =
+("lam", ...)`` tuple of names read through the kind's other declarations) and
 ``options_problem(kind, name, values)`` checks values against it; the front
 ends, the command line and the docs read the same declaration.
 ``piece_problem(kind, name, values)`` and ``build(kind, name, values)`` are
@@ -27,7 +28,7 @@ the front ends' side for a piece built from its options (``get_compressor``,
 import importlib
 from collections.abc import Mapping
 
-from .options import NO_OPTIONS, Declared, Options
+from .options import NO_OPTIONS, Declared, Option, Options
 
 _REGISTRY = {}
 _DECLARED = {}  # (kind, name) -> Options given to register() for an item without an options attribute
@@ -118,7 +119,23 @@ def options(kind, name):
     if (kind, name) in _DECLARED:
         return _DECLARED[kind, name]
     declared = getattr(item, "options", None)
-    return declared if isinstance(declared, Options) else NO_OPTIONS
+    if isinstance(declared, Options):
+        return declared
+    if isinstance(declared, (tuple, list)) and all(isinstance(option, str) for option in declared):
+        return _older_declaration(kind, declared)
+    return NO_OPTIONS
+
+
+def _older_declaration(kind, option_names):
+    """A user's older ``options = ("lam", ...)`` tuple of names as a declaration: each name as the first
+    registered piece of ``kind`` declares it (``lam`` as the penalties' weight), or as an option taking any
+    value, None by default."""
+    known = {}
+    for other in reversed(names(kind)):
+        declared = _DECLARED.get((kind, other), getattr(_REGISTRY[kind][other], "options", None))
+        if isinstance(declared, Options):
+            known.update(declared)
+    return Options(*(known.get(option) or Option(option, object, None) for option in option_names))
 
 
 def options_problem(kind, name, values, *, complete=False):
@@ -142,9 +159,12 @@ def piece_problem(kind, name, values, *, complete=False):
     """The one-line problem of building ``kind``/``name`` with ``values`` (options by name), or None: an
     unknown name, an undeclared option, with ``complete`` a required one left out, a value outside its
     declaration (the piece's wording, see :class:`~.options.Declared`), then the piece's own relations."""
-    message = unknown(kind, name) or _signature_problem(kind, name, values, complete)
-    if message:
-        return message
+    return unknown(kind, name) or _signature_problem(kind, name, values, complete) or \
+        _value_problem(kind, name, values)
+
+
+def _value_problem(kind, name, values):
+    """The problem of the declared options' ``values`` (known names), in the piece's wording, or None."""
     piece = lookup(kind, name)
     if isinstance(piece, type) and issubclass(piece, Declared):
         return piece.options_problem(dict(values))
@@ -159,7 +179,7 @@ def build(kind, name, values):
     message = _signature_problem(kind, name, values, True)
     if message:
         raise TypeError(message)
-    message = piece_problem(kind, name, values)
+    message = _value_problem(kind, name, values)
     if message:
         raise ValueError(message)
     return piece(**values)

@@ -158,25 +158,23 @@ def fedprox(pieces, args, say):
 
 
 def plot(path, payload):
-    from mpiopt.core.result import require_plotting
-    plt = require_plotting()
-    figure, axes = plt.subplots(1, 5, figsize=(22, 4))
-    for axis, split in zip(axes[:2], ("iid", "pathological")):
-        for row in (r for r in payload["table2"]["rows"] if r["split"] == split):
+    """Test accuracy per round of Table 2's runs (IID and pathological), then the FedProx training losses."""
+    from mpiopt.core.result import plot_panels
+    panels = []
+    for split in ("iid", "pathological"):
+        rows = [row for row in payload["table2"]["rows"] if row["split"] == split]
+        curves = []
+        for row in rows:
             points = [(i + 1, a) for i, a in enumerate(row["test_accuracy"]) if a is not None]
-            axis.plot(*zip(*points), label=f"{row['label']} E={row['E']} B={row['B'] or 'all'}")
-            axis.axhline(row["target"], color="grey", linewidth=0.5)
-        axis.set(title=f"digits, {split}: test accuracy", xlabel="round", ylim=(0.5, 1.0))
-        axis.legend(fontsize=7)
-    for axis, stragglers in zip(axes[2:], STRAGGLERS):
-        for run in (r for r in payload["fedprox"]["runs"] if r["stragglers"] == stragglers):
-            axis.plot([c["round"] for c in run["curve"]], [c["loss"] for c in run["curve"]], marker=".",
-                      label=run["label"])
-        axis.set(title=f"Synthetic(1,1), {stragglers:.0%} stragglers: training loss", xlabel="round")
-        axis.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path)
-    plt.close(figure)
+            curves.append((*map(list, zip(*points)), f"{row['label']} E={row['E']} B={row['B'] or 'all'}"))
+        panels.append({"title": f"digits, {split}: test accuracy", "xlabel": "round", "curves": curves,
+                       "ylim": (0.5, 1.0), "hlines": [(row["target"], None) for row in rows[:1]]})
+    for stragglers in STRAGGLERS:
+        runs = [run for run in payload["fedprox"]["runs"] if run["stragglers"] == stragglers]
+        panels.append({"title": f"Synthetic(1,1), {stragglers:.0%} stragglers: training loss", "xlabel": "round",
+                       "curves": [([c["round"] for c in run["curve"]], [c["loss"] for c in run["curve"]],
+                                   run["label"]) for run in runs], "marker": "."})
+    plot_panels(path, panels)
 
 
 def main(argv=None):

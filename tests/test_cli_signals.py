@@ -12,6 +12,7 @@ import signal
 import pytest
 
 from cli_signals import Run, checkpoint_meta
+from test_asyncsgd_cli import SMALL as ASYNC_SGD
 from test_cli import SOLVE
 from test_federated_cli import FEDERATED
 from test_train_cli import TRAIN
@@ -25,6 +26,8 @@ COMMANDS = {
     "train": (TRAIN + ["--quiet", "--max-steps", "6"], lambda meta: meta["sampler"]["step"], "steps", 1),
     "federated": (FEDERATED[:-12] + ["--rounds", "3"] + FEDERATED[-10:] + ["--quiet"], lambda meta: meta["round"],
                   "rounds", 1),
+    "async-sgd": (ASYNC_SGD + ["--method", "asgd", "--max-steps", "40", "--no-stop-at-epsilon"],
+                  lambda meta: meta["steps"], "steps", 1),
 }
 
 
@@ -40,7 +43,7 @@ def run_with_signal_in_setup(tmp_path, command, number):
     return run, status, json.loads((tmp_path / "out.json").read_text()), counter
 
 
-@pytest.mark.parametrize("command", ["solve", "train", "federated"])
+@pytest.mark.parametrize("command", ["solve", "train", "federated", "async-sgd"])
 def test_a_sigusr1_during_setup_writes_a_checkpoint_at_the_first_iteration(tmp_path, command):
     run, status, result, counter = run_with_signal_in_setup(tmp_path, command, signal.SIGUSR1)
     assert status == 0, run.output()[1]

@@ -25,13 +25,15 @@ the formulas, the tables and the plots.
 """
 import time as clock
 
+from mpi4py import MPI
 
-from ..core.comm import check_collectively, quiet_barrier, resolve_comm
+from ..core.comm import CollectiveError, check_collectively, quiet_barrier, resolve_comm
 from ..core.registry import names
 # registered in this order, which is the comparison's (slowest theory first): --method all, the docs' tables
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
 from .base import ALL, Accumulator, Method
+from .checkpoint import Checkpoint
 from .problems import PROBLEMS, Problem, get_problem
 from .result import AsyncSGDResult
 from .runner import make_result, prepare
@@ -60,9 +62,12 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     n_workers, tau, epsilon, step_size, limits, seed, ...); a keyword that
     the chosen method declares is one of its options (``batch=8``, a user
     method's ``max_delay=3``).  ``log_stream``: where the rank running the
-    method writes its log (None: stdout; ``verbose=False``: no log).  Every
-    rank gets the same result: ``status`` converged, finished or time_limit,
-    the rule that ended the run in ``info["stop"]``.
+    method writes its log (None: stdout; ``verbose=False``: no log).
+    ``checkpoint``/``checkpoint_every`` (simulator): the run resumes from the
+    file bit for bit and writes it every K steps, on SIGUSR1/SIGTERM and at
+    the end (:mod:`.checkpoint`).  Every rank gets the same result:
+    ``status`` converged, finished, time_limit or interrupted, the rule that
+    ended the run in ``info["stop"]``.
     """
     comm = resolve_comm(comm)
     started = clock.perf_counter()
@@ -94,11 +99,21 @@ def _simulate_on_root(problem, tau_model, options, comm, started, log_stream=Non
     if comm.rank == root:
         try:
             method, recorder, predicted = prepare(problem, tau_model, options, n_workers, log_stream)
+            checkpoint = None if options.checkpoint is None else Checkpoint(
+                options, MPI.COMM_SELF, problem, method, tau_model, n_workers, recorder.epsilon)
             recorder.banner("simulator", n_workers, tau_model, predicted)
-            end, gradients, computed, cancelled = simulate(problem, method, tau_model, options, recorder)
+            try:
+                end, gradients, computed, cancelled = simulate(problem, method, tau_model, options, recorder,
+                                                               checkpoint)
+            finally:
+                if checkpoint is not None:
+                    checkpoint.close()
+            extra = None if checkpoint is None else {"resumed_at": checkpoint.resumed_at}
             result = make_result(recorder, "simulator", n_workers, tau_model, options, predicted, end, gradients,
-                                 computed, cancelled, started)
+                                 computed, cancelled, started, extra)
             recorder.footer(result)
+        except CollectiveError as failure:  # a checkpoint that cannot be written or read: its own words
+            error = "; ".join(failure.problems.values())
         except Exception as failure:  # noqa: BLE001 - the other ranks wait for rank 0: they must hear of it
             error = f"simulation failed: {type(failure).__name__}: {failure}"
     quiet_barrier(comm)  # the other ranks sleep while rank 0 simulates

@@ -86,6 +86,38 @@ class Method:
         self.discarded = np.zeros(self.n_workers, dtype=np.int64)   # stale gradients thrown away, per worker
         self.steps_taken = 0
 
+    def state(self, skip=()):
+        """(arrays, JSON values) of everything the method holds, for a checkpoint (:mod:`.checkpoint`): its
+        attributes but ``skip``, arrays by name, an :class:`Accumulator` as its sum and count, numbers, strings,
+        bools and None as they are.  A method with state of another kind (a dict of sets) overrides this and
+        :meth:`load_state`; any other attribute is refused (TypeError naming it) rather than lost."""
+        arrays, values = {}, {}
+        for name, value in vars(self).items():
+            if name in skip:
+                continue
+            if isinstance(value, np.ndarray):
+                arrays[name] = value
+            elif isinstance(value, Accumulator):
+                arrays[name + "__total"], values[name + "__count"] = value.total, value.count
+            elif value is None or isinstance(value, (bool, int, float, str)):
+                values[name] = value
+            else:
+                raise TypeError(f"{self.owner()} keeps {name!r} ({type(value).__name__}), which a checkpoint "
+                                "cannot hold; give the method state() and load_state()")
+        return arrays, values
+
+    def load_state(self, arrays, values):
+        """Put back what :meth:`state` gave."""
+        for name, value in values.items():
+            if name.endswith("__count"):
+                accumulator = getattr(self, name[:-7])
+                accumulator.total, accumulator.count = np.array(arrays[name[:-7] + "__total"]), int(value)
+            else:
+                setattr(self, name, value)
+        for name, value in arrays.items():
+            if not name.endswith("__total"):
+                setattr(self, name, np.array(value, dtype=getattr(self, name).dtype))
+
     def parameters(self):
         """The method's resolved parameters (step size, batch, threshold, ...), for the result."""
         return {"step_size": self.step_size}

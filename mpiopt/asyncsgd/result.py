@@ -1,7 +1,8 @@
 """The result of a heterogeneous-worker SGD run, on the core's Result, with a plot of loss against time.
 
 ``status`` is one word of the core's STATUSES: ``converged`` (||grad f||^2 <= epsilon was reached),
-``finished`` (the budget of steps or gradients was spent) or ``time_limit`` (``max_time`` ran out);
+``finished`` (the budget of steps or gradients was spent), ``time_limit`` (``max_time`` ran out) or
+``interrupted`` (a SIGTERM stopped a simulated run after writing its checkpoint);
 ``info["stop"]`` names the rule that ended the run (:data:`STATUS_OF_STOP`'s keys).
 """
 import dataclasses
@@ -12,7 +13,7 @@ HISTORY_COLUMNS = ("time", "step", "gradients", "loss", "grad_norm2")
 
 # the rule that ended a run (info["stop"]) -> the result's status
 STATUS_OF_STOP = {"epsilon": "converged", "max_steps": "finished", "max_gradients": "finished",
-                  "max_time": "time_limit"}
+                  "max_time": "time_limit"}  # a SIGTERM is no rule: status "interrupted", stop "signal"
 
 
 @dataclasses.dataclass

@@ -59,6 +59,16 @@ class RingmasterASGD(Method):
         return {"step_size": self.step_size, "threshold": self.threshold,
                 "stop_computations": self.stop_computations}
 
+    def state(self, skip=()):
+        arrays, values = super().state(skip=("_started", *skip))
+        values["_started"] = {str(k): sorted(workers) for k, workers in self._started.items()}
+        return arrays, values
+
+    def load_state(self, arrays, values):
+        values = dict(values)
+        self._started = {int(k): set(workers) for k, workers in values.pop("_started").items()}
+        super().load_state(arrays, values)
+
     def start(self):
         if self.stop_computations:
             self._started = {0: set(range(self.n_workers))}

@@ -30,6 +30,7 @@ class Recorder:
         self.problem, self.method, self.settings, self.epsilon = problem, method, settings, epsilon
         self.history = {column: [] for column in HISTORY_COLUMNS}
         self.time_to_epsilon, self.stopped_by, self.last_k = None, None, -1  # stopped_by: a key of STATUS_OF_STOP
+        self.interrupted = False  # a SIGTERM stopped the run (its checkpoint written)
         self.log = IterationLog(log and settings.verbose,
                                 [("time", "12.5g"), ("step", "9d"), ("gradients", "10d"), ("loss", "14.7e"),
                                  ("|grad|^2", "11.4e")], stream=log_stream)
@@ -141,7 +142,8 @@ def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, en
             "problem": problem.info(), "settings": settings.as_dict(), "workers": workers, **(extra_info or {})}
     if recorder.trace is not None:
         info["trace"] = recorder.trace
-    return AsyncSGDResult(status=STATUS_OF_STOP[stop], history=recorder.history,
+    status = "interrupted" if recorder.interrupted else STATUS_OF_STOP[stop]
+    return AsyncSGDResult(status=status, history=recorder.history,
                           timings={"total": clock.perf_counter() - wall_started}, info=info, x=method.x,
                           steps=method.k, gradients=int(gradients), time=float(end_time),
                           time_to_epsilon=None if recorder.time_to_epsilon is None else float(recorder.time_to_epsilon),

@@ -219,54 +219,89 @@ class EventQueue:
         return bool(self.busy[worker])
 
 
-def simulate(problem, method, tau_model, settings, recorder):
+class Simulation:
+    """The state of one simulated run besides the method's: the event queue, the clock, the workers' points,
+    noise streams and counts (what a checkpoint holds, :mod:`.checkpoint`)."""
+
+    def __init__(self, problem, method, tau_model, settings):
+        n, seed = method.n_workers, settings.seed
+        self.problem, self.method, self.tau_model, self.settings = problem, method, tau_model, settings
+        self.numbers = np.arange(1, n + 1)
+        self.fixed = tau_model.fixed
+        self.means = tau_model.mean(self.numbers) if self.fixed else None
+        self.queue = EventQueue(n, self.means)
+        self.tau_rng = None if self.fixed else random_stream(seed, "asyncsgd-tau")
+        self.draw_all = tau_model.sampler(self.numbers)
+        self.noise = [random_stream(seed, "asyncsgd-gradient", w) for w in range(n)]
+        # The point and step each worker computes at: those of the last restart of all workers, unless the
+        # worker was started on its own since (``own``), which keeps a restart of all workers O(1) in Python.
+        self.common = [None, 0]
+        self.own = {}
+        self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.now, self.gradients = ZERO, 0
+        self.assign = self._assigner()
+
+    def _assigner(self):
+        """``assign(plan)``: start the workers of the method's ``plan`` (:mod:`.base`) at its current point,
+        now (a closure over the run's arrays, which a resumed run fills in place: it runs at every event)."""
+        queue, method, fixed, means, numbers = self.queue, self.method, self.fixed, self.means, self.numbers
+        cancelled, own, common, draw, draw_all = self.cancelled, self.own, self.common, self.tau_model.draw, \
+            self.draw_all
+
+        def assign(plan):
+            if plan is ALL:
+                cancelled[queue.busy] += 1
+                queue.start_all(self.now, None if fixed else draw_all(self.tau_rng))
+                common[0], common[1] = method.x, method.k
+                own.clear()
+                return
+            for worker in plan:
+                tau = means[worker] if fixed else float(draw(numbers[worker:worker + 1], self.tau_rng)[0])
+                if queue.start(worker, self.now, float(tau)):
+                    cancelled[worker] += 1
+                own[worker] = (method.x, method.k)
+        return assign
+
+    def run(self, recorder, checkpoint=None):
+        """Events until a stopping rule (or a signal, with ``checkpoint``: a :class:`.checkpoint.Checkpoint`)
+        ends the run; returns (end time, gradients received, computed per worker, cancelled per worker)."""
+        if checkpoint is None or not checkpoint.resume(self, recorder):
+            self.assign(self.method.start())
+            recorder.evaluate(self.now[0], self.gradients, force=True)
+        queue, problem, noise, own, common = self.queue, self.problem, self.noise, self.own, self.common
+        computed, assign, max_time = self.computed, self.assign, self.settings.max_time
+        now, gradients = self.now, self.gradients
+        while not recorder.stop(now[0], gradients):
+            event = queue.peek()
+            if event is None:
+                raise RuntimeError(f"{self.method.name}: no worker is computing and the method assigned none")
+            if max_time is not None and event[0] > max_time:
+                self.now = now = (float(max_time), 0.0)
+                recorder.time_ran_out()
+                break
+            now, worker = queue.pop()
+            self.now = now  # assign() starts workers now
+            point, k_at = own.pop(worker, None) or common
+            grad = problem.stochastic_grad(point, noise[worker])
+            computed[worker] += 1
+            gradients += 1
+            recorder.deliver(worker, grad, k_at, now[0], gradients, assign)
+            if checkpoint is not None:
+                self.gradients = gradients
+                if checkpoint.after_event(self, recorder):
+                    break
+        self.gradients = gradients
+        if checkpoint is None or not recorder.interrupted:
+            recorder.evaluate(self.now[0], self.gradients, force=True)
+        if checkpoint is not None:
+            checkpoint.write(self, recorder)
+        return self.now[0], self.gradients, self.computed, self.cancelled
+
+
+def simulate(problem, method, tau_model, settings, recorder, checkpoint=None):
     """Run ``method`` on ``problem`` with ``method.n_workers`` virtual workers; returns the run's counts.
 
-    Returns (end time, gradients received, computed per worker, cancelled per worker).
+    Returns (end time, gradients received, computed per worker, cancelled per worker).  With ``checkpoint``
+    (:class:`.checkpoint.Checkpoint`) the run resumes from its file and writes it as its settings say.
     """
-    n, seed = method.n_workers, settings.seed
-    numbers = np.arange(1, n + 1)
-    fixed = tau_model.fixed
-    means = tau_model.mean(numbers) if fixed else None
-    queue = EventQueue(n, means)
-    tau_rng = None if fixed else random_stream(seed, "asyncsgd-tau")
-    draw_all = tau_model.sampler(numbers)
-    noise = [random_stream(seed, "asyncsgd-gradient", w) for w in range(n)]
-    # The point and step each worker computes at: those of the last restart of all workers, unless the
-    # worker was started on its own since (``own``), which keeps a restart of all workers O(1) in Python.
-    common = [None, 0]
-    own = {}
-    computed, cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    now, gradients = ZERO, 0
-
-    def assign(plan):
-        if plan is ALL:
-            cancelled[queue.busy] += 1
-            queue.start_all(now, None if fixed else draw_all(tau_rng))
-            common[0], common[1] = method.x, method.k
-            own.clear()
-            return
-        for worker in plan:
-            tau = means[worker] if fixed else float(tau_model.draw(numbers[worker:worker + 1], tau_rng)[0])
-            if queue.start(worker, now, float(tau)):
-                cancelled[worker] += 1
-            own[worker] = (method.x, method.k)
-
-    assign(method.start())
-    recorder.evaluate(now[0], gradients, force=True)
-    while not recorder.stop(now[0], gradients):
-        event = queue.peek()
-        if event is None:
-            raise RuntimeError(f"{method.name}: no worker is computing and the method assigned none")
-        if settings.max_time is not None and event[0] > settings.max_time:
-            now = (float(settings.max_time), 0.0)
-            recorder.time_ran_out()
-            break
-        now, worker = queue.pop()
-        point, k_at = own.pop(worker, None) or common
-        grad = problem.stochastic_grad(point, noise[worker])
-        computed[worker] += 1
-        gradients += 1
-        recorder.deliver(worker, grad, k_at, now[0], gradients, assign)
-    recorder.evaluate(now[0], gradients, force=True)
-    return now[0], gradients, computed, cancelled
+    return Simulation(problem, method, tau_model, settings).run(recorder, checkpoint)

@@ -3,7 +3,7 @@
 import argparse
 import math
 
-from .common import (add_options_flag, add_settings_flags, chosen_options, exit_status, number, plot_problem,
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, chosen_options, exit_status, number, plot_problem,
                      positive_int, settings_from, widths)
 
 
@@ -70,8 +70,10 @@ def add_parser(commands):
         "batch": {"type": int, "default": None, "metavar": "B",
                   "help": "rennala: gradients per step (default: the theory's)"},
         "verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no iteration log"}}
-    settings = add_settings_flags(group, AsyncSGDSettings, shown=shown, defaults={"verbose": True})
+    settings = add_settings_flags(group, AsyncSGDSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
+                                  defaults={"verbose": True})
     group = sgd.add_argument_group("output")
+    add_checkpoint_options(group, "simulator's state (one --method, the simulator runtime)", "steps")
     group.add_argument("--output", default="mpiopt_async_sgd.json",
                        help="JSON result file; with --method all, every method's result (default %(default)s)")
     group.add_argument("--plot", metavar="FILE.png",
@@ -107,6 +109,8 @@ def _async_sgd_checks(args, comm):
     chosen, problem = chosen_options(args, "asyncsgd-problem", args.problem)
     if not problem and args.method_opt and args.method == "all":
         problem = "--method-opt sets the options of one method: give --method NAME"
+    if not problem and args.checkpoint and args.method == "all":
+        problem = "--checkpoint holds one method's run: give --method NAME"
     return {**given, **chosen}, n_workers, problem
 
 
@@ -116,11 +120,13 @@ def run_async_sgd(args, comm):
     from ..core.io import check_writable, write_json
     check_writable(args.output, comm)
     check_writable(args.plot, comm, what="plot")
+    check_writable(args.checkpoint, comm, what="checkpoint")
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     names = methods() if args.method == "all" else [args.method]  # all: in registration order
     tau = args.taus if args.taus is not None else args.tau
-    common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers)
+    common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers,
+                  checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
     common.pop("method", None)
     if tau is not None:
         common["tau"] = tau

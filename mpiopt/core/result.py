@@ -50,13 +50,14 @@ def plot_panels(path, panels, title=None, width=5.0):
     """Draw ``panels`` side by side and write the PNG atomically to ``path`` (the one plotting helper).
 
     Each panel is a dict: ``title``, ``xlabel``, ``curves`` (a list of ``(x, y, label)``; label None: no
-    legend entry), optional ``yscale`` ("log"), ``hlines`` (a list of ``(y, label)``, dashed) and ``ylabel``.
+    legend entry), optional ``yscale`` ("log"), ``hlines`` (a list of ``(y, label)``, dashed), ``ylabel``,
+    ``ylim`` (a pair) and ``marker`` (the curves' point marker, e.g. ".").
     """
     plt = require_plotting()
     figure, axes = plt.subplots(1, len(panels), figsize=(width * len(panels), 3.5), squeeze=False)
     for axis, panel in zip(axes[0], panels):
         for x, y, label in panel["curves"]:
-            axis.plot(x, y, label=label)
+            axis.plot(x, y, label=label, marker=panel.get("marker"))
         for y, label in panel.get("hlines", ()):
             axis.axhline(y, color="gray", linestyle="--", label=label)
         if panel.get("yscale"):
@@ -65,6 +66,8 @@ def plot_panels(path, panels, title=None, width=5.0):
         axis.set_xlabel(panel.get("xlabel", ""))
         if panel.get("ylabel"):
             axis.set_ylabel(panel["ylabel"])
+        if panel.get("ylim"):
+            axis.set_ylim(*panel["ylim"])
         if any(label for _, _, label in panel["curves"]) or panel.get("hlines"):
             axis.legend()
     if title:

@@ -50,8 +50,8 @@ def test_every_scalar_setting_of_a_subcommand_is_a_flag(subcommand, settings_cla
     flagged = set(getattr(args, names))
     scalar = {field.name for field in dataclasses.fields(settings_class) if field.type in SCALARS}
     assert scalar - flagged <= {"checkpoint", "checkpoint_every"}, "checkpoints: add_checkpoint_options's flags"
-    if "checkpoint" in scalar - flagged and subcommand != "lasso":
-        assert hasattr(args, "checkpoint") and hasattr(args, "checkpoint_every")
+    if "checkpoint" in scalar:  # every subcommand whose run resumes (lasso too)
+        assert hasattr(args, "checkpoint") and hasattr(args, "checkpoint_every"), subcommand
     helps = {action.dest: action.help for action in args.parser._actions}
     docs = field_docs(settings_class)
     generated = [name for name in flagged if docs[name].replace("%", "%%") in (helps[name] or "")]

@@ -23,6 +23,7 @@ def add_parsers(commands):
                        help="skip the single-process reference solve on rank 0 (it needs all of A there)")
     lasso.add_argument("--output", default="mpiopt_lasso.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(lasso)
+    add_checkpoint_options(lasso.add_argument_group("checkpoints"), "solver state", "iterations")
     lasso.set_defaults(run=run_lasso, parser=lasso)
 
     general = commands.add_parser(
@@ -151,8 +152,9 @@ def run_lasso(args, comm):
     from ..core.io import check_writable, write_json
 
     check_writable(args.output, comm)
+    check_writable(args.checkpoint, comm, what="checkpoint")
     A, b, full_problem, source = _load_lasso_problem(args, comm)
-    settings = _settings(args)
+    settings = dict(_settings(args), checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
     if args.lam is not None:
         result = lasso(A, b, args.lam, comm=comm, **settings)
     else:

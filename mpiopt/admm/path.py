@@ -24,6 +24,8 @@ from mpi4py import MPI
 from ..collectives import REDUCERS, Reducer, get_reducer
 from ..core.backend import to_host
 from ..core.result import Result, not_in_json
+from ..core.signals import SignalFlags
+from .path_checkpoint import PathCheckpoint
 from .pieces import split_keywords
 from .solver import SETTINGS, Problem
 
@@ -89,7 +91,10 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
 
     ``settings`` are the ADMM settings and the options the penalty and the loss declare (``l1_ratio``,
     ``delta``, ``x_solver``, ...; or as the dicts ``penalty_options`` and ``loss_options``), as for
-    :func:`mpiopt.admm.solve`; ``log_stream``: where rank 0's log (``verbose``) goes."""
+    :func:`mpiopt.admm.solve`; ``log_stream``: where rank 0's log (``verbose``) goes.  ``checkpoint``: the
+    path's file, written after every weight, each solve checkpointing to its own file meanwhile; a path resumes
+    from them (:mod:`.path_checkpoint`).  A SIGTERM ends the path at the interrupted weight (status
+    ``interrupted``, the weights so far)."""
     start = time.perf_counter()
     penalty_keywords, loss_keywords, settings = split_keywords(settings, SETTINGS, penalty=penalty, loss=loss)
     problem = Problem(A_local, b_local, loss, comm, intercept=intercept, loss_options=loss_options,
@@ -104,17 +109,26 @@ def regularization_path(A_local, b_local, loss="squared", penalty="l1", comm=Non
         sparse = problem.comm.allreduce(int(problem.shard.design.sparse), op=MPI.MAX)
         if not sparse and all(kind in ("tall", "empty") for kind in problem.kinds):
             settings = dict(settings, working_set=False)  # the Gram matrix pays for itself along a path
-    results, seconds, previous = [], [], None
+    results, seconds, previous, saved = [], [], None, None
+    if settings.get("checkpoint") is not None:  # the path's file; each weight's solve its own (path_checkpoint)
+        saved = PathCheckpoint(settings.pop("checkpoint"), problem, lams, penalty, settings.get("penalty_options"))
+        results, seconds = saved.resume()
+        previous = results[-1] if results else None
     # One reducer for the whole path (a shared-memory window, a private communicator), not one per weight.
     # A name is built here and closed at the end (reducer_for's rule; tests/test_core.py counts this module's
     # get_reducer calls); a caller's Reducer is used as it is, an unknown name left for the first solve to refuse.
     reducer = settings.get("reducer", "auto")
     named = not isinstance(reducer, Reducer) and reducer in REDUCERS
     with contextlib.closing(get_reducer(reducer, problem.comm, check=False)) if named \
-            else contextlib.nullcontext(reducer) as reducer:
-        for lam in lams:
+            else contextlib.nullcontext(reducer) as reducer, SignalFlags(saved is not None):  # for all weights
+        for k in range(len(results), len(lams)):
             tick = time.perf_counter()
-            previous = problem.solve(penalty, float(lam), warm_start=previous, **dict(settings, reducer=reducer))
+            step = dict(settings, reducer=reducer, **({} if saved is None else {"checkpoint": saved.weight_file(k)}))
+            previous = problem.solve(penalty, float(lams[k]), warm_start=previous, **step)
             seconds.append(time.perf_counter() - tick)
             results.append(previous)
-    return PathResult.of(lams, results, seconds, setup_time, largest, problem, penalty)
+            if previous.status == "interrupted":  # a SIGTERM: its own checkpoint is written
+                break
+            if saved is not None:
+                saved.record(results, seconds)
+    return PathResult.of(lams[:len(results)], results, seconds, setup_time, largest, problem, penalty)

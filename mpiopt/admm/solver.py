@@ -428,6 +428,10 @@ class Problem:
         """The objective of the full problem at x, summed over the ranks (collective)."""
         return self.comm.allreduce(self.shard.value(x), op=MPI.SUM) + penalty.value(x)
 
+    def data_checksum(self):
+        """SHA-256 of this rank's shard (for checkpoints: a path's, a solve's)."""
+        return _checksum(*self._data)
+
     def fingerprint(self, penalty):
         """What pins this rank's problem down exactly, for checkpoints (see checkpoint.py)."""
         kind = lookup("loss", self.loss)

@@ -1,4 +1,5 @@
-"""Issue 20, item 5: a simulated heterogeneous-worker SGD run checkpoints and resumes bit for bit.
+"""Issue 20, item 5: a heterogeneous-worker SGD run checkpoints and resumes: a simulated one bit for bit, one
+on the mpi runtime between sessions (real SIGTERM and SIGUSR1 sent to its server mid-run).
 
 The reference is the same run without interruption: after SIGTERM at any event, or SIGUSR1, or
 ``checkpoint_every``, the resumed run must give bitwise its point, history, trace, per-worker counts and
@@ -81,9 +82,9 @@ def test_sigusr1_and_checkpoint_every_write_and_go_on(tmp_path, comm, monkeypatc
     monkeypatch.setattr(checkpoints.Checkpoint, "write", write)
     reference = async_sgd(get_problem("quadratic", dim=8, noise=1e-2, seed=4), comm=comm,
                           **settings("asgd", {}, "sqrt"))
+    path = comm.bcast(str(tmp_path / "a.npz") if comm.rank == 0 else None)
     run = async_sgd(signalling_problem(50, signal.SIGUSR1), comm=comm,
-                    **settings("asgd", {}, "sqrt", checkpoint=comm.bcast(str(tmp_path / "a.npz") if comm.rank == 0 else None),
-                              checkpoint_every=200))
+                    **settings("asgd", {}, "sqrt", checkpoint=path, checkpoint_every=200))
     same(run, reference)
     if comm.rank == 0:
         assert written == [50, 200, 400, 600, 600], "SIGUSR1 at step 50, every 200 steps, and at the end"
@@ -100,8 +101,6 @@ def test_a_file_of_another_run_and_the_mpi_runtime_are_refused(tmp_path, comm):
     with pytest.raises(CollectiveError, match="belongs to another problem: rank 0's n_workers was 6, now 5"):
         async_sgd("quadratic", comm=comm, **settings("asgd", {}, "sqrt", checkpoint=path, n_workers=5,
                                                      step_size=1 / 12))
-    with pytest.raises(CollectiveError, match="checkpoint: the mpi runtime runs in real time"):
-        async_sgd("quadratic", comm=comm, runtime="mpi", checkpoint=path)
     with pytest.raises(CollectiveError, match="cannot write checkpoint .*: "):
         async_sgd("quadratic", comm=comm, **settings("asgd", {}, "sqrt", checkpoint=comm.bcast(str(tmp_path))))
 
@@ -140,3 +139,58 @@ def test_the_command_line_resumes_from_its_checkpoint_and_refuses_one_for_every_
     assert refused.returncode == 2
     assert refused.stderr.count("--checkpoint holds one method's run: give --method NAME") == 1
     assert not (tmp_path / "t.npz").exists()
+
+
+def signalling_worker_problem(comm, at, number):
+    """The quadratic problem; worker 1 sends the server ``number`` at its ``at``-th stochastic gradient."""
+    server, problem, calls = comm.bcast(os.getpid(), root=0), get_problem("quadratic", dim=8, noise=1e-2,
+                                                                          seed=4), [0]
+    plain = problem.stochastic_grad
+
+    def stochastic_grad(x, rng):
+        calls[0] += 1
+        if comm.rank == 1 and calls[0] == at:
+            os.kill(server, number)
+        return plain(x, rng)
+    problem.stochastic_grad = stochastic_grad
+    return problem
+
+
+MPI_RUN = dict(runtime="mpi", method="asgd", tau="sqrt", time_unit=2e-4, max_gradients=300, seed=4,
+               stop_at_epsilon=False, idle_timeout=60.0)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_the_mpi_runtime_stops_on_sigterm_and_resumes_its_run(tmp_path, comm):
+    if comm.size < 2:
+        pytest.skip("the mpi runtime needs a server and a worker")
+    path = comm.bcast(str(tmp_path / "mpi.npz") if comm.rank == 0 else None)
+    first = async_sgd(signalling_worker_problem(comm, 40, signal.SIGTERM), comm=comm, checkpoint=path, **MPI_RUN)
+    assert first.status == "interrupted" and first.info["stop"] == "signal" and 0 < first.gradients < 300
+    resumed = async_sgd(get_problem("quadratic", dim=8, noise=1e-2, seed=4), comm=comm, checkpoint=path, **MPI_RUN)
+    assert resumed.status == "finished" and resumed.info["stop"] == "max_gradients"
+    assert resumed.info["resumed_at"] == first.steps and resumed.gradients == 300
+    assert resumed.history["step"][:len(first.history["step"])] == first.history["step"], "the history goes on"
+    assert np.all(np.diff(resumed.history["step"]) > 0) and np.all(np.diff(resumed.history["time"]) >= 0)
+    workers = resumed.info["workers"]
+    assert sum(workers["accepted"]) == resumed.steps == 300, "asgd steps on every gradient it receives"
+    assert all(c >= a for c, a in zip(workers["computed"], workers["accepted"]))
+    assert np.all(np.isfinite(resumed.x))
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_the_mpi_runtime_checkpoints_on_sigusr1_and_goes_on(tmp_path, comm):
+    if comm.size < 2:
+        pytest.skip("the mpi runtime needs a server and a worker")
+    path = comm.bcast(str(tmp_path / "mpi.npz") if comm.rank == 0 else None)
+    run = async_sgd(signalling_worker_problem(comm, 30, signal.SIGUSR1), comm=comm, checkpoint=path,
+                    checkpoint_every=100, **MPI_RUN)
+    assert run.status == "finished" and run.gradients == 300 and run.info["resumed_at"] == 0
+    again = async_sgd("quadratic", problem_options={"dim": 8, "noise": 1e-2}, comm=comm, checkpoint=path,
+                      **MPI_RUN)
+    assert again.info["resumed_at"] == run.steps and again.gradients == 300 and np.array_equal(again.x, run.x)
+    with pytest.raises(CollectiveError, match="belongs to another problem: rank 0's seed was 4, now 5"):
+        async_sgd("quadratic", problem_options={"dim": 8, "noise": 1e-2}, comm=comm, checkpoint=path,
+                  **dict(MPI_RUN, seed=5))

@@ -63,9 +63,9 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     the chosen method declares is one of its options (``batch=8``, a user
     method's ``max_delay=3``).  ``log_stream``: where the rank running the
     method writes its log (None: stdout; ``verbose=False``: no log).
-    ``checkpoint``/``checkpoint_every`` (simulator): the run resumes from the
-    file bit for bit and writes it every K steps, on SIGUSR1/SIGTERM and at
-    the end (:mod:`.checkpoint`).  Every rank gets the same result:
+    ``checkpoint``/``checkpoint_every``: the run resumes from the file (the
+    simulator bit for bit) and writes it every K steps, on SIGUSR1/SIGTERM
+    and at the end (:mod:`.checkpoint`).  Every rank gets the same result:
     ``status`` converged, finished, time_limit or interrupted, the rule that
     ended the run in ``info["stop"]``.
     """

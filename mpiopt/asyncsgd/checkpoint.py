@@ -1,4 +1,4 @@
-"""Checkpoints of a simulated run: everything the simulator and the method hold, resumed bit for bit.
+"""Checkpoints of a heterogeneous-worker SGD run: a simulated one resumed bit for bit, an MPI one between sessions.
 
 A simulated run is one process's state (rank 0 simulates), so its checkpoint
 is written through :class:`mpiopt.core.checkpoint.Checkpointer` on that rank
@@ -27,6 +27,7 @@ from ..core.signals import SignalFlags
 from .simulator import ALL_WORKERS
 
 FORMAT = "mpiopt-asyncsgd-checkpoint-1"
+MPI_FORMAT = "mpiopt-asyncsgd-mpi-checkpoint-1"
 RECORDER = ("history", "time_to_epsilon", "last_k", "rows", "trace")
 
 
@@ -35,7 +36,7 @@ class Checkpoint:
     a communicator of that rank alone)."""
 
     def __init__(self, settings, comm, problem, method, tau_model, n_workers, epsilon):
-        fingerprint = {"problem": problem.info(), "method": method.name, "parameters": _plain(method.parameters()),
+        fingerprint = {"problem": problem.info(), "method": method.name, "parameters": plain(method.parameters()),
                        "n_workers": n_workers, "tau": tau_model.describe(), "seed": settings.seed,
                        "epsilon": epsilon, "eval_every": settings.eval_every}
         self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, FORMAT, "async-sgd")
@@ -72,9 +73,10 @@ class Checkpoint:
         self.signals.restore()
 
 
-def _plain(value):
+def plain(value):
+    """A method's parameters as JSON values (R = inf as "inf")."""
     if isinstance(value, dict):
-        return {key: _plain(item) for key, item in value.items()}
+        return {key: plain(item) for key, item in value.items()}
     return "inf" if isinstance(value, float) and value == float("inf") else value
 
 
@@ -167,3 +169,92 @@ def _queue_load(queue, arrays, meta):
         queue.bulk_taus, queue.bulk_times = np.array(arrays["bulk_taus"]), np.array(arrays["bulk_times"])
     queue.bulk_rest = {"none": None, "all": ALL_WORKERS, "int": meta["rest_int"]}.get(meta["rest"]) \
         if meta["rest"] != "array" else np.array(arrays["bulk_rest"])
+
+
+def _encode(stream):
+    """A PCG64 generator's state as six uint64 (state and increment in two halves each, the cached uint32)."""
+    state = stream.bit_generator.state
+    if state["bit_generator"] != "PCG64":
+        raise ValueError(f"cannot checkpoint a {state['bit_generator']} stream")
+    mask = (1 << 64) - 1
+    words = [state["state"]["state"] >> 64, state["state"]["state"] & mask, state["state"]["inc"] >> 64,
+             state["state"]["inc"] & mask, state["has_uint32"], state["uinteger"]]
+    return np.array(words, dtype=np.uint64)
+
+
+def _decode(stream, words):
+    words = [int(word) for word in words]
+    stream.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": words[0] << 64 | words[1],
+                                                                      "inc": words[2] << 64 | words[3]},
+                                  "has_uint32": words[4], "uinteger": words[5]}
+
+
+class MPICheckpoint:
+    """The checkpoints of a run on the mpi runtime at ``settings.checkpoint``, written between sessions;
+    every method but :meth:`asked` is collective over ``comm`` (the run's communicator)."""
+
+    def __init__(self, settings, comm, fingerprint):
+        self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, MPI_FORMAT, "async-sgd")
+        self.every, self.next_due, self.resumed_at = settings.checkpoint_every, None, 0
+        self.signals = SignalFlags(True)
+
+    def _schedule(self, k):
+        self.next_due = k - k % self.every + self.every if self.every else None
+
+    def asked(self, server):
+        """The server, between arrivals: "stop" (SIGTERM), "checkpoint" (SIGUSR1 or due) or None."""
+        usr1, term = self.signals.take()
+        k = server.method.k
+        if term:
+            server.recorder.stopped_by, server.recorder.interrupted = "signal", True
+            return "stop"
+        if usr1 or (self.next_due is not None and k >= self.next_due):
+            self._schedule(k)
+            return "checkpoint"
+        return None
+
+    def resume_server(self, server):
+        """Load the file into ``server`` (a ``_Server``) when there is one."""
+        self.checkpointer.restore(lambda shared, mine, meta: self._load_server(server, shared, meta))
+        self.resumed_at = server.method.k
+        self._schedule(server.method.k)
+
+    def _load_server(self, server, arrays, meta):
+        n = server.busy.size
+        server.method.load_state({key[8:]: value for key, value in arrays.items() if key.startswith("method__")},
+                                 meta["method"])
+        for name in ("computed", "cancelled", "busy"):
+            if arrays[name].shape != (n,):
+                raise ValueError(f"it holds {arrays[name].size} workers, this run has {n}")
+            getattr(server, name)[:] = arrays[name]
+        points = {int(key[7:]): np.array(value) for key, value in arrays.items() if key.startswith("point__")}
+        server.points = {int(w): (int(k), points[int(k)]) for w, k in zip(arrays["busy_workers"],
+                                                                        arrays["busy_steps"])}
+        server.gradients, server.started = int(meta["gradients"]), True
+        for name in RECORDER:
+            setattr(server.recorder, name, meta["recorder"][name])
+        server.resume_clock(float(meta["now"]))
+
+    def write_server(self, server, now):
+        busy = [int(w) for w in np.flatnonzero(server.busy)]
+        method_arrays, method_meta = server.method.state()
+        arrays = {f"method__{key}": value for key, value in method_arrays.items()}
+        arrays.update({f"point__{server.points[w][0]}": server.points[w][1] for w in busy})
+        arrays.update(computed=server.computed, cancelled=server.cancelled, busy=server.busy,
+                      busy_workers=np.array(busy, dtype=np.int64),
+                      busy_steps=np.array([server.points[w][0] for w in busy], dtype=np.int64))
+        meta = {"method": method_meta, "gradients": server.gradients, "now": float(now), "steps": server.method.k,
+                "recorder": {name: getattr(server.recorder, name) for name in RECORDER}}
+        self.checkpointer.write(arrays, {}, meta)
+
+    def resume_worker(self, streams):
+        def load(shared, mine, meta):
+            for stream, name in zip(streams, ("noise", "tau")):
+                _decode(stream, mine[name])
+        self.checkpointer.restore(load)
+
+    def write_worker(self, streams):
+        self.checkpointer.write({}, {"noise": _encode(streams[0]), "tau": _encode(streams[1])}, {})
+
+    def close(self):
+        self.signals.restore()

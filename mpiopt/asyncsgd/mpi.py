@@ -22,6 +22,11 @@ STOP, then computes the gradient (drawing its noise from
 and sends it with Isend.  With ``tau="real"`` it only computes.  A worker far
 slower than the whole run sees the STOP within POLL seconds.
 
+Checkpoints (:class:`.checkpoint.MPICheckpoint`) come between sessions: at
+a SIGUSR1, a SIGTERM or ``checkpoint_every`` steps the server ends the
+session (the shutdown below), every rank writes its part, and the next
+session restarts the busy workers' jobs at their points.
+
 Shutdown: the server sends STOP to every worker and receives until each has
 answered DONE, dropping the gradients still in flight, so every send is
 matched and no rank is left blocked.  An error on the server (or an ERROR from
@@ -39,6 +44,7 @@ from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from .base import ALL
+from .checkpoint import MPICheckpoint, plain
 from .runner import make_result, prepare
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
@@ -51,14 +57,30 @@ def run_mpi(problem, tau_model, settings, comm, started, log_stream=None):
     returns the same result."""
     comm = comm.Dup()
     try:
-        if comm.rank == 0:
-            result, error = _serve(comm, problem, tau_model, settings, started, log_stream)
-        else:
-            result, error = None, _work(comm, problem, tau_model, settings, comm.rank - 1)
+        saved = None if settings.checkpoint is None else MPICheckpoint(settings, comm, _fingerprint(
+            problem, tau_model, settings, comm))
+        try:
+            if comm.rank == 0:
+                result, error = _serve(comm, problem, tau_model, settings, started, log_stream, saved)
+            else:
+                result, error = None, _worker_sessions(comm, problem, tau_model, settings, comm.rank - 1, saved)
+        finally:
+            if saved is not None:
+                saved.close()
         check_collectively(comm, error)
         return comm.bcast(result, root=0)
     finally:
         comm.Free()
+
+
+def _fingerprint(problem, tau_model, settings, comm):
+    """What a checkpoint of this run must match: the server's problem and method, a worker's number."""
+    if comm.rank:
+        return {"worker": comm.rank - 1}
+    return {"problem": problem.info(), "method": settings.method, "method_options": plain(settings.method_values()),
+            "step_size": settings.step_size, "epsilon": settings.epsilon, "n_workers": comm.size - 1,
+            "tau": tau_model.describe(), "seed": settings.seed, "eval_every": settings.eval_every,
+            "time_unit": settings.time_unit}
 
 
 def _pack(job, step, vector):
@@ -83,27 +105,43 @@ class _Sends:
         self.pending = []
 
 
-def _serve(comm, problem, tau_model, settings, started, log_stream=None):
+def _serve(comm, problem, tau_model, settings, started, log_stream=None, saved=None):
     """The server's run: (the result, None), or (None, the error that every rank raises)."""
     n, sends = comm.size - 1, _Sends()
-    try:  # a failure here must still release the workers, which wait for a JOB or a STOP
+    try:
         method, recorder, predicted = prepare(problem, tau_model, settings, n, log_stream)
         recorder.banner("mpi", n, tau_model, predicted)
     except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
-        error = f"the server failed: {type(failure).__name__}: {failure}"
-        return None, _shutdown(comm, n, sends, settings.idle_timeout) or error
+        comm.bcast(False, root=0)  # the workers return at once
+        return None, f"the server failed: {type(failure).__name__}: {failure}"
+    comm.bcast(True, root=0)
     server = _Server(comm, method, recorder, settings, sends, problem.dim)
-    error = server.run()
-    end = server.end_time()
-    stuck = _shutdown(comm, n, sends, settings.idle_timeout)
-    error = error or stuck
-    if error is not None:
-        return None, error
-    recorder.evaluate(end, server.gradients, force=True)
-    if recorder.stopped_by is None:
-        recorder.stop(end, server.gradients)
+    if saved is not None:
+        saved.resume_server(server)
+    while True:
+        error = server.run(saved)
+        if server.paused:
+            server.pause_clock()
+        end = server.end_time()
+        stuck = _shutdown(comm, n, sends, settings.idle_timeout)  # always: the workers wait for their STOP
+        error = error or stuck
+        decision = "error" if error else server.paused or "end"
+        comm.bcast(decision, root=0)
+        if decision == "error":
+            return None, error
+        if decision == "end":
+            recorder.evaluate(end, server.gradients, force=True)
+            if recorder.stopped_by is None:
+                recorder.stop(end, server.gradients)
+        if saved is not None:
+            saved.write_server(server, end)
+        if decision != "checkpoint":
+            break
+        server.resume_clock(server.paused_at)
     unit = settings.time_unit
     extra = {"wall_seconds": end * unit, "time_unit": unit}
+    if saved is not None:
+        extra["resumed_at"] = saved.resumed_at
     result = make_result(recorder, "mpi", n, tau_model, settings, predicted, end, server.gradients,
                          server.computed, server.cancelled, started, extra)
     recorder.footer(result)
@@ -126,6 +164,9 @@ class _Server:
         self.gradients, self.status = 0, MPI.Status()
         self.received = np.empty(HEADER + dim)  # a GRAD: job, step, gradient
         self.origin = MPI.Wtime()
+        self.points = {}        # worker -> (step, point) of its current job (a checkpoint restarts them)
+        self.paused = None      # "checkpoint" or "stop": the session ends for a checkpoint
+        self.started = False    # the method's first assignment is made
 
     def now(self):
         """The wall time since the start, in compute-time units."""
@@ -144,15 +185,40 @@ class _Server:
                 self.cancelled[worker] += 1
             self.jobs[worker] += 1
             self.busy[worker] = True
+            self.points[worker] = (method.k, method.x)
             self.sends.send(self.comm, _pack(self.jobs[worker], method.k, method.x), worker + 1, ASGD_JOB)
 
-    def run(self):
-        """Serve gradients until the stopping rule ends the run; returns None, or the error that ended it."""
+    def restart_jobs(self):
+        """A new session: every worker that was computing starts its job again, at the job's point."""
+        for worker in np.flatnonzero(self.busy):
+            self.jobs[worker] += 1
+            k, x = self.points[worker]
+            self.sends.send(self.comm, _pack(self.jobs[worker], k, x), worker + 1, ASGD_JOB)
+
+    def pause_clock(self):
+        """The compute-time now, kept while the session is over (a checkpoint's time is not the run's)."""
+        self.paused_at = self.now()
+
+    def resume_clock(self, at):
+        self.origin = MPI.Wtime() - at * self.settings.time_unit
+
+    def run(self, saved=None):
+        """Serve gradients until the stopping rule ends the run or ``saved`` (an :class:`MPICheckpoint`) asks
+        for a checkpoint (``paused``); returns None, or the error that ended it."""
         recorder, max_time = self.recorder, self.settings.max_time
+        self.paused = None
         try:
-            self.assign(self.method.start())
-            recorder.evaluate(0.0, 0, force=True)
+            if not self.started:
+                self.started = True
+                self.assign(self.method.start())
+                recorder.evaluate(0.0, 0, force=True)
+            else:
+                self.restart_jobs()
             while not recorder.stop(self.now(), self.gradients):
+                if saved is not None:
+                    self.paused = saved.asked(self)
+                    if self.paused:
+                        break
                 arrival = self.receive()
                 if arrival is None:
                     continue
@@ -230,10 +296,27 @@ def _wait_until(comm, status, deadline):
         clock.sleep(min(remaining, POLL))
 
 
-def _work(comm, problem, tau_model, settings, worker):
+def _worker_sessions(comm, problem, tau_model, settings, worker, saved=None):
+    """A worker's run: sessions of :func:`_work` until the server says the run is over; between two, the
+    checkpoint the server asked for (the worker's streams are its part).  Returns None."""
+    streams = [random_stream(settings.seed, "asyncsgd-gradient", worker),
+               random_stream(settings.seed, "asyncsgd-tau", worker)]
+    if not comm.bcast(None, root=0):  # the server could not set the run up
+        return None
+    if saved is not None:
+        saved.resume_worker(streams)
+    while True:
+        _work(comm, problem, tau_model, settings, worker, streams)
+        decision = comm.bcast(None, root=0)
+        if decision != "error" and saved is not None:
+            saved.write_worker(streams)
+        if decision != "checkpoint":
+            return None
+
+
+def _work(comm, problem, tau_model, settings, worker, streams):
     """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server)."""
-    noise = random_stream(settings.seed, "asyncsgd-gradient", worker)
-    tau_rng = random_stream(settings.seed, "asyncsgd-tau", worker)
+    noise, tau_rng = streams
     number, unit = np.array([worker + 1]), settings.time_unit
     status, sends = MPI.Status(), _Sends()
     job = deadline = None

@@ -2,7 +2,7 @@
 
 ``status`` is one word of the core's STATUSES: ``converged`` (||grad f||^2 <= epsilon was reached),
 ``finished`` (the budget of steps or gradients was spent), ``time_limit`` (``max_time`` ran out) or
-``interrupted`` (a SIGTERM stopped a simulated run after writing its checkpoint);
+``interrupted`` (a SIGTERM stopped a run after writing its checkpoint);
 ``info["stop"]`` names the rule that ended the run (:data:`STATUS_OF_STOP`'s keys).
 """
 import dataclasses

@@ -60,8 +60,8 @@ class AsyncSGDSettings(Settings):
     trace: bool = False            # keep every arrival [time, worker, step computed at, accepted] in info["trace"]
     verbose: bool = False          # the log on rank 0
     log_every: int = 100           # with verbose, a log row every this many evaluations
-    checkpoint: str = None         # simulator: npz path, written as below and resumed from when it exists
-    checkpoint_every: int = 0      # simulator: steps between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
+    checkpoint: str = None         # npz path, written as below and resumed from when it exists
+    checkpoint_every: int = 0      # steps between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
 
     def checks(self):
         number, integer = is_number, is_integer
@@ -100,9 +100,6 @@ class AsyncSGDSettings(Settings):
              f"checkpoint must be a path or None, got {self.checkpoint!r}"),
             (is_integer(self.checkpoint_every) and self.checkpoint_every >= 0,
              f"checkpoint_every must be an integer >= 0, got {self.checkpoint_every!r}"),
-            (self.checkpoint is None or self.runtime != "mpi",
-             "checkpoint: the mpi runtime runs in real time and cannot resume its workers' gradients in flight; "
-             "checkpoints are the simulator's (runtime='simulator')"),
             *self._declared_checks(),
         ]
 

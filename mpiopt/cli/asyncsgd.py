@@ -3,8 +3,8 @@
 import argparse
 import math
 
-from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, chosen_options, exit_status, number, plot_problem,
-                     positive_int, settings_from, widths)
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, chosen_options, exit_status,
+                     number, plot_problem, positive_int, settings_from, widths)
 
 
 def _threshold(text):
@@ -73,7 +73,7 @@ def add_parser(commands):
     settings = add_settings_flags(group, AsyncSGDSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
                                   defaults={"verbose": True})
     group = sgd.add_argument_group("output")
-    add_checkpoint_options(group, "simulator's state (one --method, the simulator runtime)", "steps")
+    add_checkpoint_options(group, "run's state (one --method)", "steps")
     group.add_argument("--output", default="mpiopt_async_sgd.json",
                        help="JSON result file; with --method all, every method's result (default %(default)s)")
     group.add_argument("--plot", metavar="FILE.png",

@@ -156,6 +156,13 @@ def signalling_worker_problem(comm, at, number):
     return problem
 
 
+def mpi_run_file(comm, tmp_path):
+    """The server's checkpoint path (skips below 2 ranks: the mpi runtime needs a server and a worker)."""
+    if comm.size < 2:
+        pytest.skip("the mpi runtime needs a server and a worker")
+    return comm.bcast(str(tmp_path / "mpi.npz") if comm.rank == 0 else None)
+
+
 MPI_RUN = dict(runtime="mpi", method="asgd", tau="sqrt", time_unit=2e-4, max_gradients=300, seed=4,
                stop_at_epsilon=False, idle_timeout=60.0)
 
@@ -163,9 +170,7 @@ MPI_RUN = dict(runtime="mpi", method="asgd", tau="sqrt", time_unit=2e-4, max_gra
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_the_mpi_runtime_stops_on_sigterm_and_resumes_its_run(tmp_path, comm):
-    if comm.size < 2:
-        pytest.skip("the mpi runtime needs a server and a worker")
-    path = comm.bcast(str(tmp_path / "mpi.npz") if comm.rank == 0 else None)
+    path = mpi_run_file(comm, tmp_path)
     first = async_sgd(signalling_worker_problem(comm, 40, signal.SIGTERM), comm=comm, checkpoint=path, **MPI_RUN)
     assert first.status == "interrupted" and first.info["stop"] == "signal" and 0 < first.gradients < 300
     resumed = async_sgd(get_problem("quadratic", dim=8, noise=1e-2, seed=4), comm=comm, checkpoint=path, **MPI_RUN)
@@ -182,9 +187,7 @@ def test_the_mpi_runtime_stops_on_sigterm_and_resumes_its_run(tmp_path, comm):
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
 def test_the_mpi_runtime_checkpoints_on_sigusr1_and_goes_on(tmp_path, comm):
-    if comm.size < 2:
-        pytest.skip("the mpi runtime needs a server and a worker")
-    path = comm.bcast(str(tmp_path / "mpi.npz") if comm.rank == 0 else None)
+    path = mpi_run_file(comm, tmp_path)
     run = async_sgd(signalling_worker_problem(comm, 30, signal.SIGUSR1), comm=comm, checkpoint=path,
                     checkpoint_every=100, **MPI_RUN)
     assert run.status == "finished" and run.gradients == 300 and run.info["resumed_at"] == 0

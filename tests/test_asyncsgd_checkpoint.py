@@ -168,6 +168,7 @@ MPI_RUN = dict(runtime="mpi", method="asgd", tau="sqrt", time_unit=2e-4, max_gra
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks  # more workers, more jobs in flight at a checkpoint
 @pytest.mark.timeout(120)
 def test_the_mpi_runtime_stops_on_sigterm_and_resumes_its_run(tmp_path, comm):
     path = mpi_run_file(comm, tmp_path)
@@ -185,6 +186,7 @@ def test_the_mpi_runtime_stops_on_sigterm_and_resumes_its_run(tmp_path, comm):
 
 
 @pytest.mark.mpi
+@pytest.mark.many_ranks  # more workers, more jobs in flight at a checkpoint
 @pytest.mark.timeout(120)
 def test_the_mpi_runtime_checkpoints_on_sigusr1_and_goes_on(tmp_path, comm):
     path = mpi_run_file(comm, tmp_path)

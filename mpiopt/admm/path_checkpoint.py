@@ -57,22 +57,22 @@ class PathCheckpoint:
         for k, fields in enumerate(meta["results"]):
             results.append(ADMMResult(**fields, x=np.array(shared[f"x{k}"]),
                                       u=np.array(mine[f"u{k}"]) if f"u{k}" in mine else None))
-        self._remove_finished(len(results))
+        self._remove(range(len(results)))  # a weight recorded just before the stop may have left its file
         return results, list(meta["seconds"])
 
     def record(self, results, seconds):
-        """Write the finished weights, then remove the finished weight's own checkpoint."""
+        """Write the finished weights, then remove the last one's own checkpoint."""
         shared = {f"x{k}": to_host(result.x) for k, result in enumerate(results)}
         mine = {f"u{k}": to_host(result.u) for k, result in enumerate(results) if result.u is not None}
         fields = [{key: value for key, value in result.to_dict().items() if key != "x"} for result in results]
         self.checkpointer.write(shared, mine, {"results": _plain(fields), "seconds": [float(s) for s in seconds]})
-        self._remove_finished(len(results))
+        self._remove([len(results) - 1])
 
-    def _remove_finished(self, done):
-        """Rank 0 removes the checkpoints of the weights before ``done`` (recorded in the path's file)."""
+    def _remove(self, weights):
+        """Rank 0 removes the own checkpoints of ``weights``, recorded in the path's file."""
         problem = None
         if self.comm.rank == 0:
-            for k in range(done):
+            for k in weights:
                 try:
                     os.remove(self.weight_file(k))
                 except FileNotFoundError:

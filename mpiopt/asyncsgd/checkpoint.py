@@ -17,13 +17,22 @@ epsilon, the step size and ``eval_every`` must be those of the file.
 
 SIGUSR1 writes a checkpoint after the event it comes in and goes on; SIGTERM
 writes one and stops the run (status ``interrupted``); ``checkpoint_every``
-steps write one too, and the end of the run always does.  The MPI runtime
-runs in real time and has no checkpoint (its settings refuse one).
+steps write one too, and the end of the run always does.
+
+The MPI runtime (:class:`MPICheckpoint`) runs in real time, so its resumed
+run continues the run rather than repeating it event for event: a checkpoint
+ends a *session* (as FedBuff's do): the server stops every worker (the
+gradients in flight are dropped), every rank writes its part collectively
+(the server: the method, the recorder, the counts, the compute-time clock,
+each busy worker's job step and point; each worker: its noise and compute-time
+streams), and a new session restarts the busy workers' jobs at their points,
+with the clock paused meanwhile.  A resumed run does the same from the file.
 """
 import numpy as np
 
 from ..core.checkpoint import Checkpointer
 from ..core.signals import SignalFlags
+from .settings import inf_as_text
 from .simulator import ALL_WORKERS
 
 FORMAT = "mpiopt-asyncsgd-checkpoint-1"
@@ -31,104 +40,128 @@ MPI_FORMAT = "mpiopt-asyncsgd-mpi-checkpoint-1"
 RECORDER = ("history", "time_to_epsilon", "last_k", "rows", "trace")
 
 
-class Checkpoint:
-    """The checkpoints of one simulated run at ``settings.checkpoint`` (on the simulating rank, ``comm``
-    a communicator of that rank alone)."""
+class _Requests:
+    """What both runtimes' checkpoints share: the signals, ``checkpoint_every`` and the step resumed at.
+    A subclass makes its Checkpointer first and then calls ``__init__``, which installs the handlers."""
 
-    def __init__(self, settings, comm, problem, method, tau_model, n_workers, epsilon):
-        fingerprint = {"problem": problem.info(), "method": method.name, "parameters": plain(method.parameters()),
-                       "n_workers": n_workers, "tau": tau_model.describe(), "seed": settings.seed,
-                       "epsilon": epsilon, "eval_every": settings.eval_every}
-        self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, FORMAT, "async-sgd")
-        self.every, self.next_due = settings.checkpoint_every, None
-        self.signals, self.resumed_at = SignalFlags(True), 0
-
-    def resume(self, simulation, recorder):
-        """Load the file into ``simulation`` and ``recorder`` when there is one; returns whether there was."""
-        found = self.checkpointer.restore(lambda shared, mine, meta: _load(simulation, recorder, shared, meta))
-        self.resumed_at = simulation.method.k if found else 0
-        self._schedule(simulation.method.k)
-        return found
+    def __init__(self, settings):
+        self.every, self.next_due, self.resumed_at = settings.checkpoint_every, None, 0
+        self.signals = SignalFlags(True)
 
     def _schedule(self, k):
         self.next_due = k - k % self.every + self.every if self.every else None
 
-    def after_event(self, simulation, recorder):
-        """Write a checkpoint when one is due or asked for; returns True when a SIGTERM stops the run."""
+    def _resumed(self, k):
+        self.resumed_at = k
+        self._schedule(k)
+
+    def requested(self, method, recorder):
+        """"stop" (a SIGTERM: the recorder is told), "checkpoint" (a SIGUSR1, or ``checkpoint_every`` steps
+        since the last) or None."""
         usr1, term = self.signals.take()
-        k = simulation.method.k
         if term:
             recorder.stopped_by, recorder.interrupted = "signal", True
-            return True
-        if usr1 or (self.next_due is not None and k >= self.next_due):
-            self.write(simulation, recorder)
-            self._schedule(k)
-        return False
-
-    def write(self, simulation, recorder):
-        shared, meta = _state(simulation, recorder)
-        self.checkpointer.write(shared, {}, meta)
+            return "stop"
+        if usr1 or (self.next_due is not None and method.k >= self.next_due):
+            self._schedule(method.k)
+            return "checkpoint"
+        return None
 
     def close(self):
         self.signals.restore()
 
 
-def plain(value):
-    """A method's parameters as JSON values (R = inf as "inf")."""
-    if isinstance(value, dict):
-        return {key: plain(item) for key, item in value.items()}
-    return "inf" if isinstance(value, float) and value == float("inf") else value
+class Checkpoint(_Requests):
+    """The checkpoints of one simulated run at ``settings.checkpoint`` (on the simulating rank, ``comm``
+    a communicator of that rank alone)."""
+
+    def __init__(self, settings, comm, problem, method, tau_model, n_workers, epsilon):
+        fingerprint = {"problem": problem.info(), "method": method.name,
+                       "parameters": inf_as_text(method.parameters()), "n_workers": n_workers,
+                       "tau": tau_model.describe(), "seed": settings.seed, "epsilon": epsilon,
+                       "eval_every": settings.eval_every}
+        self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, FORMAT, "async-sgd")
+        super().__init__(settings)  # the handlers last: a file that cannot be written leaves none installed
+
+    def resume(self, simulation, recorder):
+        """Load the file into ``simulation`` and ``recorder`` when there is one; returns whether there was."""
+        found = self.checkpointer.restore(lambda shared, mine, meta: _load(simulation, recorder, shared, meta))
+        self._resumed(simulation.method.k if found else 0)
+        return found
+
+    def after_event(self, simulation, recorder):
+        """Write a checkpoint when one is due or asked for; returns True when a SIGTERM stops the run."""
+        request = self.requested(simulation.method, recorder)
+        if request == "checkpoint":
+            self.write(simulation, recorder)
+        return request == "stop"
+
+    def write(self, simulation, recorder):
+        shared, meta = _state(simulation, recorder)
+        self.checkpointer.write(shared, {}, meta)
+
+
+def _method_and_recorder(method, recorder, points):
+    """(arrays, meta) of the method, the recorder and ``points`` (step -> the point of that step)."""
+    method_arrays, method_meta = method.state()
+    arrays = {f"method__{key}": value for key, value in method_arrays.items()}
+    arrays.update({f"point__{k}": x for k, x in points.items() if x is not None})
+    return arrays, {"method": method_meta, "steps": method.k,
+                    "recorder": {name: getattr(recorder, name) for name in RECORDER}}
+
+
+def _load_method_and_recorder(method, recorder, arrays, meta):
+    """Put back :func:`_method_and_recorder`'s part; returns its points (step -> point)."""
+    method.load_state({key[8:]: value for key, value in arrays.items() if key.startswith("method__")},
+                      meta["method"])
+    for name in RECORDER:
+        setattr(recorder, name, meta["recorder"][name])
+    return {int(key[7:]): np.array(value) for key, value in arrays.items() if key.startswith("point__")}
+
+
+def _load_counts(target, arrays, names, n):
+    """Copy the per-worker arrays ``names`` into ``target``'s, in place, after checking their length."""
+    for name in names:
+        if arrays[name].shape != (n,):
+            raise ValueError(f"it holds {arrays[name].size} workers' {name}, this run has {n} workers")
+        getattr(target, name)[:] = arrays[name]
 
 
 def _state(simulation, recorder):
     """(arrays, JSON meta) of the whole run."""
-    method, queue = simulation.method, simulation.queue
-    arrays, meta = {}, {}
-    method_arrays, meta["method"] = method.state()
-    arrays.update({f"method__{key}": value for key, value in method_arrays.items()})
-    queue_arrays, meta["queue"] = _queue_state(queue)
-    arrays.update({f"queue__{key}": value for key, value in queue_arrays.items()})
     points = {simulation.common[1]: simulation.common[0]}
     points.update({k: x for x, k in simulation.own.values()})
-    arrays.update({f"point__{k}": x for k, x in points.items() if x is not None})
-    arrays["own_workers"] = np.array(sorted(simulation.own), dtype=np.int64)
-    arrays["own_steps"] = np.array([simulation.own[w][1] for w in sorted(simulation.own)], dtype=np.int64)
-    arrays["computed"], arrays["cancelled"] = simulation.computed, simulation.cancelled
+    arrays, meta = _method_and_recorder(simulation.method, recorder, points)
+    queue_arrays, meta["queue"] = _queue_state(simulation.queue)
+    arrays.update({f"queue__{key}": value for key, value in queue_arrays.items()})
+    own = sorted(simulation.own)
+    arrays.update(own_workers=np.array(own, dtype=np.int64),
+                  own_steps=np.array([simulation.own[w][1] for w in own], dtype=np.int64),
+                  computed=simulation.computed, cancelled=simulation.cancelled,
+                  noise=np.stack([_encode(stream) for stream in simulation.noise]))
+    if simulation.tau_rng is not None:
+        arrays["tau_stream"] = _encode(simulation.tau_rng)
     meta.update(now=list(simulation.now), gradients=simulation.gradients, common_step=simulation.common[1],
-                common_none=simulation.common[0] is None,
-                noise=[stream.bit_generator.state for stream in simulation.noise],
-                tau_stream=None if simulation.tau_rng is None else simulation.tau_rng.bit_generator.state,
-                recorder={name: getattr(recorder, name) for name in RECORDER}, steps=method.k)
+                common_none=simulation.common[0] is None)
     return arrays, meta
 
 
 def _load(simulation, recorder, arrays, meta):
-    method, n = simulation.method, simulation.method.n_workers
-    if len(meta["noise"]) != n:
-        raise ValueError(f"it holds {len(meta['noise'])} workers' noise streams, this run has {n} workers")
-    method.load_state({key[8:]: value for key, value in arrays.items() if key.startswith("method__")},
-                      meta["method"])
+    n = simulation.method.n_workers
+    _load_counts(simulation, arrays, ("computed", "cancelled"), n)
+    points = _load_method_and_recorder(simulation.method, recorder, arrays, meta)
     _queue_load(simulation.queue, {key[7:]: value for key, value in arrays.items() if key.startswith("queue__")},
                 meta["queue"])
-    points = {int(key[7:]): np.array(value) for key, value in arrays.items() if key.startswith("point__")}
     # in place: the simulation's assign() holds these objects
     simulation.common[:] = [None if meta["common_none"] else points[meta["common_step"]], meta["common_step"]]
     simulation.own.clear()
     simulation.own.update({int(w): (points[int(k)], int(k)) for w, k in zip(arrays["own_workers"],
                                                                           arrays["own_steps"])})
-    for name in ("computed", "cancelled"):
-        if arrays[name].shape != (n,):
-            raise ValueError(f"it counts {arrays[name].size} workers, this run has {n}")
-        getattr(simulation, name)[:] = arrays[name]
     simulation.now, simulation.gradients = tuple(float(t) for t in meta["now"]), int(meta["gradients"])
-    for stream, state in zip(simulation.noise, meta["noise"]):
-        stream.bit_generator.state = state
+    for stream, words in zip(simulation.noise, arrays["noise"]):
+        _decode(stream, words)
     if simulation.tau_rng is not None:
-        simulation.tau_rng.bit_generator.state = meta["tau_stream"]
-    for name in RECORDER:
-        setattr(recorder, name, meta["recorder"][name])
-
-
+        _decode(simulation.tau_rng, arrays["tau_stream"])
 def _queue_state(queue):
     """(arrays, meta) of an :class:`~.simulator.EventQueue` (its fixed times are rebuilt from the run)."""
     arrays = {"job": queue.job, "busy": queue.busy, "low": queue.low,
@@ -189,62 +222,34 @@ def _decode(stream, words):
                                   "has_uint32": words[4], "uinteger": words[5]}
 
 
-class MPICheckpoint:
+class MPICheckpoint(_Requests):
     """The checkpoints of a run on the mpi runtime at ``settings.checkpoint``, written between sessions;
-    every method but :meth:`asked` is collective over ``comm`` (the run's communicator)."""
+    every method but :meth:`requested` is collective over ``comm`` (the run's communicator)."""
 
     def __init__(self, settings, comm, fingerprint):
         self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, MPI_FORMAT, "async-sgd")
-        self.every, self.next_due, self.resumed_at = settings.checkpoint_every, None, 0
-        self.signals = SignalFlags(True)
-
-    def _schedule(self, k):
-        self.next_due = k - k % self.every + self.every if self.every else None
-
-    def asked(self, server):
-        """The server, between arrivals: "stop" (SIGTERM), "checkpoint" (SIGUSR1 or due) or None."""
-        usr1, term = self.signals.take()
-        k = server.method.k
-        if term:
-            server.recorder.stopped_by, server.recorder.interrupted = "signal", True
-            return "stop"
-        if usr1 or (self.next_due is not None and k >= self.next_due):
-            self._schedule(k)
-            return "checkpoint"
-        return None
+        super().__init__(settings)  # the handlers last, as above
 
     def resume_server(self, server):
         """Load the file into ``server`` (a ``_Server``) when there is one."""
         self.checkpointer.restore(lambda shared, mine, meta: self._load_server(server, shared, meta))
-        self.resumed_at = server.method.k
-        self._schedule(server.method.k)
+        self._resumed(server.method.k)
 
     def _load_server(self, server, arrays, meta):
-        n = server.busy.size
-        server.method.load_state({key[8:]: value for key, value in arrays.items() if key.startswith("method__")},
-                                 meta["method"])
-        for name in ("computed", "cancelled", "busy"):
-            if arrays[name].shape != (n,):
-                raise ValueError(f"it holds {arrays[name].size} workers, this run has {n}")
-            getattr(server, name)[:] = arrays[name]
-        points = {int(key[7:]): np.array(value) for key, value in arrays.items() if key.startswith("point__")}
+        _load_counts(server, arrays, ("computed", "cancelled", "busy"), server.busy.size)
+        points = _load_method_and_recorder(server.method, server.recorder, arrays, meta)
         server.points = {int(w): (int(k), points[int(k)]) for w, k in zip(arrays["busy_workers"],
                                                                         arrays["busy_steps"])}
         server.gradients, server.started = int(meta["gradients"]), True
-        for name in RECORDER:
-            setattr(server.recorder, name, meta["recorder"][name])
         server.resume_clock(float(meta["now"]))
 
     def write_server(self, server, now):
         busy = [int(w) for w in np.flatnonzero(server.busy)]
-        method_arrays, method_meta = server.method.state()
-        arrays = {f"method__{key}": value for key, value in method_arrays.items()}
-        arrays.update({f"point__{server.points[w][0]}": server.points[w][1] for w in busy})
+        arrays, meta = _method_and_recorder(server.method, server.recorder, dict(server.points[w] for w in busy))
         arrays.update(computed=server.computed, cancelled=server.cancelled, busy=server.busy,
                       busy_workers=np.array(busy, dtype=np.int64),
                       busy_steps=np.array([server.points[w][0] for w in busy], dtype=np.int64))
-        meta = {"method": method_meta, "gradients": server.gradients, "now": float(now), "steps": server.method.k,
-                "recorder": {name: getattr(server.recorder, name) for name in RECORDER}}
+        meta.update(gradients=server.gradients, now=float(now))
         self.checkpointer.write(arrays, {}, meta)
 
     def resume_worker(self, streams):
@@ -255,6 +260,3 @@ class MPICheckpoint:
 
     def write_worker(self, streams):
         self.checkpointer.write({}, {"noise": _encode(streams[0]), "tau": _encode(streams[1])}, {})
-
-    def close(self):
-        self.signals.restore()

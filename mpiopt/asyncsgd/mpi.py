@@ -44,8 +44,9 @@ from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from .base import ALL
-from .checkpoint import MPICheckpoint, plain
+from .checkpoint import MPICheckpoint
 from .runner import make_result, prepare
+from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
@@ -77,8 +78,8 @@ def _fingerprint(problem, tau_model, settings, comm):
     """What a checkpoint of this run must match: the server's problem and method, a worker's number."""
     if comm.rank:
         return {"worker": comm.rank - 1}
-    return {"problem": problem.info(), "method": settings.method, "method_options": plain(settings.method_values()),
-            "step_size": settings.step_size, "epsilon": settings.epsilon, "n_workers": comm.size - 1,
+    return {"problem": problem.info(), "method": settings.method,
+            "method_options": inf_as_text(settings.method_values()), "step_size": settings.step_size, "epsilon": settings.epsilon, "n_workers": comm.size - 1,
             "tau": tau_model.describe(), "seed": settings.seed, "eval_every": settings.eval_every,
             "time_unit": settings.time_unit}
 
@@ -120,9 +121,7 @@ def _serve(comm, problem, tau_model, settings, started, log_stream=None, saved=N
         saved.resume_server(server)
     while True:
         error = server.run(saved)
-        if server.paused:
-            server.pause_clock()
-        end = server.end_time()
+        end = server.end_time()  # for a checkpoint, the clock stops here until the next session
         stuck = _shutdown(comm, n, sends, settings.idle_timeout)  # always: the workers wait for their STOP
         error = error or stuck
         decision = "error" if error else server.paused or "end"
@@ -137,7 +136,7 @@ def _serve(comm, problem, tau_model, settings, started, log_stream=None, saved=N
             saved.write_server(server, end)
         if decision != "checkpoint":
             break
-        server.resume_clock(server.paused_at)
+        server.resume_clock(end)
     unit = settings.time_unit
     extra = {"wall_seconds": end * unit, "time_unit": unit}
     if saved is not None:
@@ -183,23 +182,22 @@ class _Server:
         for worker in (range(self.jobs.size) if plan is ALL else plan):
             if self.busy[worker]:
                 self.cancelled[worker] += 1
-            self.jobs[worker] += 1
-            self.busy[worker] = True
-            self.points[worker] = (method.k, method.x)
-            self.sends.send(self.comm, _pack(self.jobs[worker], method.k, method.x), worker + 1, ASGD_JOB)
+            self.send_job(worker, method.k, method.x)
+
+    def send_job(self, worker, k, x):
+        """A new job for ``worker``: the gradient at ``x`` (step ``k``); whatever it computed is cancelled."""
+        self.jobs[worker] += 1
+        self.busy[worker] = True
+        self.points[worker] = (k, x)
+        self.sends.send(self.comm, _pack(self.jobs[worker], k, x), worker + 1, ASGD_JOB)
 
     def restart_jobs(self):
         """A new session: every worker that was computing starts its job again, at the job's point."""
         for worker in np.flatnonzero(self.busy):
-            self.jobs[worker] += 1
-            k, x = self.points[worker]
-            self.sends.send(self.comm, _pack(self.jobs[worker], k, x), worker + 1, ASGD_JOB)
-
-    def pause_clock(self):
-        """The compute-time now, kept while the session is over (a checkpoint's time is not the run's)."""
-        self.paused_at = self.now()
+            self.send_job(worker, *self.points[worker])
 
     def resume_clock(self, at):
+        """Start the clock again at ``at`` compute-time units (a checkpoint's time is not the run's)."""
         self.origin = MPI.Wtime() - at * self.settings.time_unit
 
     def run(self, saved=None):
@@ -216,7 +214,7 @@ class _Server:
                 self.restart_jobs()
             while not recorder.stop(self.now(), self.gradients):
                 if saved is not None:
-                    self.paused = saved.asked(self)
+                    self.paused = saved.requested(self.method, recorder)
                     if self.paused:
                         break
                 arrival = self.receive()

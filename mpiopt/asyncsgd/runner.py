@@ -15,6 +15,7 @@ from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
+from .settings import inf_as_text
 
 
 def build_method(settings, problem, n_workers, epsilon):
@@ -135,8 +136,7 @@ def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, en
     workers = {"computed": np.asarray(computed).tolist(), "accepted": method.accepted.tolist(),
                "discarded": method.discarded.tolist(), "cancelled": np.asarray(cancelled).tolist()}
     stop = recorder.stopped_by or "max_steps"
-    info = {"stop": stop, "method": method.name, "parameters": {k: ("inf" if v == math.inf else v)
-                                                  for k, v in method.parameters().items()},
+    info = {"stop": stop, "method": method.name, "parameters": inf_as_text(method.parameters()),
             "runtime": runtime, "n_workers": n_workers, "tau": tau_model.describe(),
             "tau_means": worker_means(tau_model, n_workers).tolist(), "epsilon": recorder.epsilon,
             "problem": problem.info(), "settings": settings.as_dict(), "workers": workers, **(extra_info or {})}

@@ -137,9 +137,13 @@ class AsyncSGDSettings(Settings):
         if payload["threshold"] == math.inf:
             payload["threshold"] = "inf"
         if isinstance(self.method_options, dict):
-            payload["method_options"] = {name: "inf" if _is_inf(value) else value
-                                         for name, value in self.method_options.items()}
+            payload["method_options"] = inf_as_text(self.method_options)
         return payload
+
+
+def inf_as_text(values):
+    """A flat dict of a method's options or parameters for JSON, R = inf as "inf" (JSON has no inf)."""
+    return {name: "inf" if _is_inf(value) else value for name, value in values.items()}
 
 
 def route_method_options(settings, method_options=None):

@@ -68,10 +68,8 @@ def add_parser(commands):
         "threshold": {"type": _threshold, "default": None, "metavar": "R",
                       "help": "ringmaster: delay threshold, an integer or inf (default: the theory's)"},
         "batch": {"type": int, "default": None, "metavar": "B",
-                  "help": "rennala: gradients per step (default: the theory's)"},
-        "verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no iteration log"}}
-    settings = add_settings_flags(group, AsyncSGDSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
-                                  defaults={"verbose": True})
+                  "help": "rennala: gradients per step (default: the theory's)"}}
+    settings = add_settings_flags(group, AsyncSGDSettings, shown=shown)
     group = sgd.add_argument_group("output")
     add_checkpoint_options(group, "run's state (one --method)", "steps")
     group.add_argument("--output", default="mpiopt_async_sgd.json",

@@ -220,25 +220,31 @@ def declared_only(kind, name, values):
     return {option: value for option, value in values.items() if option in declared}
 
 
-def add_settings_flags(parser, settings_class, skip=(), shown=None, defaults=None):
+# the settings every command line spells its own way: the checkpoint's (add_checkpoint_options, the same flags
+# for every subcommand that resumes) and the log's (--quiet: the log is on by default on the command line)
+CHECKPOINT_FIELDS = ("checkpoint", "checkpoint_every")
+
+
+def add_settings_flags(parser, settings_class, skip=CHECKPOINT_FIELDS, shown=None, log="iteration"):
     """A flag for every field of the settings dataclass ``settings_class`` but ``skip``; returns their names.
 
     Each flag is generated from its field: ``--field-name`` (dest the field), typed by the annotation (int,
     float, str), its choices from ``settings_class.choices``, its help the field's comment
     (:func:`mpiopt.core.settings.field_docs`) and its default the field's; a bool is a switch (``--name``
     when it defaults to False, ``--no-name`` when True, both when None).  A field typed otherwise (a dict, a
-    tuple, an object) has no flag.  ``defaults`` gives the command line's own defaults (the log on:
-    ``verbose=True``); ``shown`` maps a field to the argparse keywords that replace the generated ones, with
-    ``flags`` for its option strings, where the command line has long spelled it otherwise (``--quiet``)."""
+    tuple, an object) has no flag.  ``verbose`` is ``--quiet`` ("no ``log`` log"): the command line logs
+    unless told not to.  ``shown`` maps a field to the argparse keywords that replace the generated ones, with
+    ``flags`` for its option strings, where the command line has long spelled it otherwise."""
     from ..core.settings import field_docs
-    docs, shown, defaults = field_docs(settings_class), shown or {}, defaults or {}
+    docs, shown = field_docs(settings_class), {"verbose": {"flags": ["--quiet"], "action": "store_false",
+                                                           "default": True, "help": f"no {log} log"},
+                                               **(shown or {})}
     names = []
     for field in dataclasses.fields(settings_class):
         if field.name in skip:
             continue
-        default = defaults.get(field.name, field.default)
         doc = docs.get(field.name, "").replace("%", "%%")  # argparse formats the help with %
-        spec = _settings_flag(field, default, doc, settings_class.choices.get(field.name))
+        spec = _settings_flag(field, field.default, doc, settings_class.choices.get(field.name))
         if spec is None and field.name not in shown:
             continue
         if field.name in shown:  # its own keywords; the generated flag and help unless it gives them

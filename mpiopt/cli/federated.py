@@ -38,12 +38,13 @@ def add_parser(commands):
     group.add_argument("--hidden", type=widths, default=(32,), metavar="W1,W2,...", help="mlp: hidden widths")
     group.add_argument("--weight-penalty", type=float, default=0.0, help="the model's L2 penalty alpha")
     group = federated.add_argument_group("rounds (generated from mpiopt.federated.FederatedSettings)")
-    shown = {"verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no round log"},
-             "batch_size": {"type": _rows, "default": FederatedSettings.batch_size, "metavar": "B",
+    shown = {"batch_size": {"type": _rows, "default": FederatedSettings.batch_size, "metavar": "B",
                             "help": "B: rows per local step, 0 for all of a client's rows "
-                                    f"(default {FederatedSettings.batch_size})"}}
-    settings = add_settings_flags(group, FederatedSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
-                                  defaults={"verbose": True})
+                                    f"(default {FederatedSettings.batch_size})"},
+             "seed": {"type": int, "default": FederatedSettings.seed, "metavar": "SEED",
+                      "help": "the split, the partition, the sampling, the faults and the local minibatch orders "
+                              f"(default {FederatedSettings.seed})"}}
+    settings = add_settings_flags(group, FederatedSettings, shown=shown, log="round")
     group = federated.add_argument_group("privacy and secure aggregation (docs/federated.md)")
     group.add_argument("--dp-clip", type=float, metavar="S",
                        help="client-level DP-FedAvg: clip each client's update to L2 norm S (turns DP on)")

@@ -70,7 +70,6 @@ def _add_admm_settings(parser):
     eps_rel = ADMMSettings().eps_rel
     group = parser.add_argument_group("ADMM settings (generated from mpiopt.admm.ADMMSettings)")
     shown = {
-        "verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no iteration log"},
         "working_set": {"type": _auto_on_off, "default": "auto", "metavar": "{auto,on,off}",
                         "help": "working sets (L1 / elastic net with the squared or logistic loss): solve on a "
                                 "growing set of columns until the relative duality gap on all of them is below "
@@ -83,8 +82,7 @@ def _add_admm_settings(parser):
         "blas_threads": {"type": int, "default": None, "metavar": "K",
                          "help": "BLAS threads per rank (default: the node's cores shared among its ranks, unless "
                                  "OMP_NUM_THREADS or OPENBLAS_NUM_THREADS is set)"}}
-    names = add_settings_flags(group, ADMMSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
-                               defaults={"verbose": True})
+    names = add_settings_flags(group, ADMMSettings, shown=shown)
     parser.set_defaults(admm_settings=names)
 
 

@@ -30,14 +30,15 @@ def add_parser(commands):
     train.add_argument("--momentum", type=float, help="sgd: momentum")
     train.add_argument("--weight-decay", type=float, help="L2 weight decay in the optimizer")
     group = train.add_argument_group("training settings (generated from mpiopt.train.TrainSettings)")
-    shown = {"verbose": {"flags": ["--quiet"], "action": "store_false", "help": "no training log"},
-             "overlap": {"flags": ["--no-overlap"], "action": "store_false",
+    shown = {"overlap": {"flags": ["--no-overlap"], "action": "store_false",
                          "help": "reduce the buckets after the backward pass"},
              "blas_threads": {"type": int, "default": None, "metavar": "K", "help": "BLAS threads per rank"},
              "compressor": {"choices": names("compressor"), "default": None,
-                            "help": "compress the gradient buckets (default: none); its options below"}}
-    settings = add_settings_flags(group, TrainSettings, skip=("checkpoint", "checkpoint_every"), shown=shown,
-                                  defaults={"verbose": True})
+                            "help": "compress the gradient buckets (default: none); its options below"},
+             "seed": {"type": int, "default": TrainSettings.seed, "metavar": "SEED",
+                      "help": "the order of the batches, the starting point and the test split "
+                              f"(default {TrainSettings.seed})"}}
+    settings = add_settings_flags(group, TrainSettings, shown=shown, log="training")
     group = train.add_argument_group("compressor options (declared by the compressors)")
     add_options_flag(group, "compressor")
     flags = _add_compressor_options(train, group)

@@ -37,6 +37,7 @@ class FederatedSettings(Settings):
     rounds: int = 10               # communication rounds (counted from the first run when resumed)
     fraction: float = 0.1          # C: the share of the K clients sampled each round
     client_sampling: str = "fixed"  # "fixed": max(1, round(C K)) of the K; "poisson": each client with probability C
+                                   # (DP-FedAvg's accounting: Poisson, add or remove one client; use it with DP)
     local_epochs: int = 1          # E: passes over its rows a client makes each round
     batch_size: int = 10           # B: rows per local step; None: all of a client's rows
     lr: float = 0.01               # the clients' SGD learning rate

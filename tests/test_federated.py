@@ -15,7 +15,7 @@ from mpiopt.core.comm import CollectiveError
 from mpiopt.data import load_dataset
 from mpiopt.models import get_model
 from mpiopt.models.base import Model
-from mpiopt.federated import (ClientUpdate, FederatedResult, FedAvg, FedNova, FedProx, get_strategy, partition,
+from mpiopt.federated import (ClientUpdate, FederatedResult, FedAvg, Hook, FedNova, FedProx, get_strategy, partition,
                               run_federated, split_clients, synthetic_clients)
 
 DATA = load_dataset("digits", MPI.COMM_SELF)
@@ -237,7 +237,7 @@ def test_poisson_sampling_includes_each_client_independently_with_probability_fr
         FedAvg().configure_fit(0, n_clients, q, 5, "bernoulli")
 
 
-class Participants:
+class Participants(Hook):
     """A hook that keeps, on every rank, the clients that train in each round (``begin_round``)."""
 
     def __init__(self):
@@ -290,7 +290,7 @@ def test_fedsgd_with_poisson_sampling_steps_on_the_sampled_clients_rows_and_keep
     assert nobody.history["sampled"] == [0, 0] and np.array_equal(nobody.params, model.init_params(9))
 
 
-class FailFor:
+class FailFor(Hook):
     """A hook that raises for one client: a client whose local work fails."""
 
     def __init__(self, client):
@@ -319,7 +319,7 @@ def test_a_failing_client_is_reported_and_left_out_or_ends_the_run_on_every_rank
 def test_hooks_see_every_update_and_the_aggregate_in_order():
     calls = []
 
-    class Recorder:
+    class Recorder(Hook):
         def transform_update(self, update, client, round):
             calls.append(("update", round, client))
             return update
@@ -327,6 +327,8 @@ def test_hooks_see_every_update_and_the_aggregate_in_order():
         def transform_aggregate(self, delta, round, updates):
             calls.append(("aggregate", round, tuple(u.client for u in updates)))
             return delta
+
+        reports_epsilon = True
 
         def epsilon(self):
             return 1.5
@@ -506,7 +508,7 @@ def test_sigterm_ends_the_run_at_the_round_boundary_with_a_checkpoint(comm, tmp_
     import os
     import signal
 
-    class TermAt:
+    class TermAt(Hook):
         def transform_update(self, update, client, round):
             if round == 1 and client == 0:
                 os.kill(os.getpid(), signal.SIGTERM)

@@ -19,7 +19,7 @@ from conftest import run_mpi
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
 from mpiopt.data import load_dataset
-from mpiopt.federated import DPHook, SecureAggregationHook, partition, run_federated, split_clients
+from mpiopt.federated import DPHook, Hook, SecureAggregationHook, partition, run_federated, split_clients
 from mpiopt.federated.privacy import DPAccountant, add_gaussian_noise
 from mpiopt.models import get_model
 
@@ -38,7 +38,7 @@ def softmax():
     return get_model("softmax", n_features=64, n_classes=10, alpha=1e-3)
 
 
-class Recorder:
+class Recorder(Hook):
     """A hook that keeps the updates it is given, on the client's rank (after the hooks before it)."""
 
     def __init__(self):
@@ -131,7 +131,7 @@ def poisson_epsilon(noise_multiplier, sampling_rate, rounds, delta):
     return accountant.get_epsilon(delta)
 
 
-class Directions:
+class Directions(Hook):
     """A hook after DPHook that keeps each round's server direction Delta, rounds without clients included."""
     transforms_empty_rounds = True
 
@@ -225,7 +225,7 @@ def test_secure_aggregation_gives_the_unmasked_model_at_any_rank_count_with_drop
     assert np.array_equal(dropping.params, single.params)
     assert sum(dropping.history["dropped"]) > sum(plain.history["dropped"])  # some dropped after masking
 
-    class WithoutTheLateDrops:  # the reference: the same clients never sent, no masks to recover
+    class WithoutTheLateDrops(Hook):  # the reference: the same clients never sent, no masks to recover
         def transform_update(self, update, client, round):
             return None if (round, client) in late else update
 

@@ -22,7 +22,7 @@ from mpiopt.data import load_dataset
 from mpiopt.federated import DPHook, FedAvg, FedProx, SecureAggregationHook, Strategy, partition, run_federated
 from mpiopt.models import get_model
 
-KINDS = ("strategy", "partition", "hook", "dataset")
+KINDS = ("strategy", "partition", "hook", "attack", "dataset")
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "federated.md"
 
 
@@ -62,9 +62,11 @@ def clients(n_clients=5, n_features=3, seed=4):
 # -- the declarations ---------------------------------------------------------------------------------------
 
 def test_every_builtin_piece_declares_its_options_with_help_and_a_valid_default():
-    expected = {"strategy": {"fedavg", "fedsgd", "fedprox", "fednova"},
+    expected = {"strategy": {"fedavg", "fedsgd", "fedprox", "fednova", "scaffold", "feddyn", "fedadagrad", "fedadam",
+                             "fedyogi", "median", "trimmed_mean", "krum", "multikrum", "bulyan", "fedadmm"},
                 "partition": {"iid", "pathological", "dirichlet", "quantity"},
-                "hook": {"dp", "secure_aggregation"}, "dataset": {"digits", "breast_cancer"}}
+                "hook": {"dp", "secure_aggregation"}, "attack": {"sign_flip", "gaussian", "constant", "alie"},
+                "dataset": {"digits", "breast_cancer"}}
     for kind in KINDS:
         assert set(builtin_pieces(kind)) == expected[kind]
         for name in builtin_pieces(kind):

@@ -39,6 +39,7 @@ BUILTIN_KINDS = {
     "reducer": "mpiopt.collectives", "compressor": "mpiopt.compression",
     "model": "mpiopt.models", "optimizer": "mpiopt.optim", "dataset": "mpiopt.data",
     "strategy": "mpiopt.federated", "partition": "mpiopt.federated", "hook": "mpiopt.federated",
+    "attack": "mpiopt.federated",
     "asyncsgd-method": "mpiopt.asyncsgd", "asyncsgd-problem": "mpiopt.asyncsgd", "tau-model": "mpiopt.asyncsgd",
     "workload": "mpiopt.slurm",
 }

@@ -23,15 +23,24 @@ from .result import FederatedResult
 from .runner import run_federated
 from .settings import FederatedSettings
 from .strategies import FedAvg, FedNova, FedProx, FedSGD, get_strategy
-from .strategy import ClientUpdate, Strategy
+from .strategy import ClientRound, ClientUpdate, Instructions, RunInfo, Strategy
 from .synthetic import synthetic_clients
 
-__all__ = ["ClientUpdate", "FedAvg", "FedNova", "FedProx", "FedSGD", "FederatedResult", "FederatedSettings",
+__all__ = ["ClientRound", "ClientUpdate", "Instructions", "RunInfo", "FedAvg", "FedNova", "FedProx", "FedSGD", "FederatedResult", "FederatedSettings",
            "Strategy", "get_strategy", "partition", "run_federated", "split_clients", "synthetic_clients"]
 
-from .hooks import DPHook, SecureAggregationHook  # noqa: E402 (privacy and secure-aggregation hooks: hooks.py)
+from .hooks import DPHook, Hook, SecureAggregationHook  # noqa: E402 (the hook base; privacy and secure aggregation)
 
-__all__ += ["DPHook", "SecureAggregationHook"]
+__all__ += ["DPHook", "Hook", "SecureAggregationHook"]
 from .fedbuff import FedBuffSettings, run_fedbuff, staleness_weight  # noqa: E402
+# the strategies on the channel, one module each (importing registers them)
+from .scaffold import Scaffold  # noqa: E402
+from .feddyn import FedDyn  # noqa: E402
+from .fedopt import FedAdagrad, FedAdam, FedYogi  # noqa: E402
+from .robust import Bulyan, Krum, Median, MultiKrum, TrimmedMean  # noqa: E402
+from .fedadmm import FedADMM  # noqa: E402
+
+__all__ += ["Bulyan", "FedADMM", "FedAdagrad", "FedAdam", "FedDyn", "FedYogi", "Krum", "Median", "MultiKrum",
+            "Scaffold", "TrimmedMean"]
 
 __all__ += ["FedBuffSettings", "run_fedbuff", "staleness_weight"]

@@ -26,15 +26,20 @@ import numpy as np
 from ..core.backend import finite_problem
 from ..core.random import random_stream
 from ..optim import get_optimizer
-from .strategy import ClientUpdate
+from .strategy import ClientRound, ClientUpdate, Instructions
 
 
 def train_client(model, X, y, global_params, strategy, *, client, round, epochs, batch_size, lr, momentum=0.0,
-                 seed=0):
-    """One client's local training in ``round``; see the module docstring."""
+                 seed=0, ctx=None):
+    """One client's local training in ``round``; see the module docstring.  ``ctx`` is the client's
+    :class:`~mpiopt.federated.strategy.ClientRound` (its instructions and state; a stateless one by default),
+    given to the strategy's ``local_gradient``; ``ctx.steps`` counts the local steps."""
     rows = y.shape[0]
     if rows == 0:
         raise ValueError(f"client {client} has no rows")
+    if ctx is None:
+        ctx = ClientRound(client=int(client), round=round, global_params=global_params, instructions=Instructions(),
+                          state={}, rows=rows, lr=lr, epochs=epochs, batch_size=batch_size)
     batch = rows if batch_size is None else min(batch_size, rows)
     params = np.array(global_params, dtype=np.float64)
     loss = model.loss(global_params, X, y)
@@ -46,8 +51,9 @@ def train_client(model, X, y, global_params, strategy, *, client, round, epochs,
         for start in range(0, rows, batch):
             chosen = order[start:start + batch]
             _, grad = model.loss_and_grad(params, X[chosen], y[chosen])
-            optimizer.step(params, strategy.local_gradient(grad, params, global_params))
+            optimizer.step(params, strategy.local_gradient(grad, params, ctx))
             steps += 1
+            ctx.steps = steps
             coefficient = momentum * coefficient + 1.0  # (1 - rho^t) / (1 - rho) after t steps
             normalizer += coefficient
     delta = params - global_params
@@ -112,3 +118,40 @@ def clients_digest(local):
         digest.update(np.ascontiguousarray(X).tobytes())
         digest.update(np.ascontiguousarray(y).tobytes())
     return digest.hexdigest()
+
+
+class ClientStates:
+    """The state of the clients this rank owns: client -> {name: float64 array}, made by the strategy's
+    ``init_client_state`` at a client's first round and replaced only when its update is delivered.
+
+    In a checkpoint each array is one of this rank's arrays, ``client{k}_{name}`` (the Checkpointer stores it
+    as ``rank{r}_client{k}_{name}``), so a resumed run continues bit for bit."""
+
+    PREFIX = "client"
+
+    def __init__(self, strategy, n_params):
+        self.strategy, self.n_params, self.states = strategy, n_params, {}
+
+    def working(self, client):
+        """A copy of client ``client``'s state for a round (its initial state before its first)."""
+        state = self.states.get(client)
+        if state is None:
+            return {name: np.array(value, dtype=np.float64)
+                    for name, value in self.strategy.init_client_state(client, self.n_params).items()}
+        return {name: value.copy() for name, value in state.items()}
+
+    def commit(self, client, state):
+        if state:
+            self.states[client] = state
+
+    def arrays(self):
+        """This rank's part of a checkpoint."""
+        return {f"{self.PREFIX}{client}_{name}": value for client, state in sorted(self.states.items())
+                for name, value in state.items()}
+
+    def load(self, arrays):
+        self.states = {}
+        for key, value in arrays.items():
+            if key.startswith(self.PREFIX) and "_" in key:
+                client, name = key[len(self.PREFIX):].split("_", 1)
+                self.states.setdefault(int(client), {})[name] = np.array(value, dtype=np.float64)

@@ -72,18 +72,80 @@ from ..core.registry import register
 from .privacy import DPAccountant, add_gaussian_noise, clip_update, privacy_problem
 from .secure import FRACTION_BITS, mask_update, ring_sum, to_ring, unmask_sum
 
-AVERAGING_STRATEGIES = ("fedavg", "fedsgd", "fedprox")
+class Hook:
+    """Base of every round hook: each method is a no-op, so a hook overrides only what it changes.
+
+    On the client's rank: ``transform_update(update, client, round)`` sees each
+    update after the strategy's ``end_client`` and returns it (changed, or None:
+    the upload never arrives and the client counts as dropped).  On every rank:
+    ``setup(strategy, n_clients, settings)`` returns a problem with the run or
+    None; ``begin_round(round, participants)`` learns the clients that will
+    train; ``aggregate(updates, round)`` replaces the strategy's
+    ``aggregate_fit`` when ``replaces_aggregation`` (at most one hook);
+    ``transform_aggregate(delta, round, updates)`` changes the direction before
+    the server's step, also in rounds without a report when
+    ``transforms_empty_rounds``; ``epsilon()`` is the privacy spent so far when
+    ``reports_epsilon`` (a column of the round log); ``state_dict()`` /
+    ``load_state_dict(state)`` go into the checkpoint (JSON values).
+    """
+
+    replaces_aggregation = False
+    transforms_empty_rounds = False
+    reports_epsilon = False
+
+    def setup(self, strategy, n_clients, settings):
+        return None
+
+    def begin_round(self, round, participants):
+        pass
+
+    def transform_update(self, update, client, round):
+        return update
+
+    def aggregate(self, updates, round):
+        raise NotImplementedError(f"{type(self).__name__} sets replaces_aggregation and must implement aggregate")
+
+    def transform_aggregate(self, delta, round, updates):
+        return delta
+
+    def epsilon(self):
+        return None
+
+    def state_dict(self):
+        return None
+
+    def load_state_dict(self, state):
+        pass
+
+    def transforms_updates(self):
+        """Whether this hook's class overrides ``transform_update`` (the runner's order check)."""
+        return type(self).transform_update is not Hook.transform_update
 
 
 def _strategy_problem(hook, strategy):
-    if strategy.name in AVERAGING_STRATEGIES:
-        return None
-    return (f"{hook} needs a strategy that averages the client updates ({', '.join(AVERAGING_STRATEGIES)}); "
-            f"{strategy.name} does not")
+    """Why ``hook`` (DP, secure aggregation) cannot run with ``strategy``, from the strategy's flags, or None."""
+    if strategy.uploads_state:
+        return f"{hook} cannot run with {strategy.name}: it uploads per-client state in the clear"
+    if not strategy.averages:
+        return f"{hook} needs a strategy that averages the client updates; {strategy.name} does not"
+    if strategy.asynchronous:
+        return f"{hook} needs a synchronous strategy; {strategy.name} applies updates as they arrive"
+    return None
+
+
+def _uploads_problem(hook, settings, masks):
+    """Why ``hook`` cannot run with the run's compressed uploads or Byzantine clients, or None."""
+    if getattr(settings, "compressor", "none") != "none":
+        return (f"{hook} cannot run with compressed uploads ({settings.compressor}): " +
+                ("a masked update cannot be compressed" if masks else
+                 "compressing a clipped update changes its norm, so the sensitivity bound would not hold"))
+    if masks and getattr(settings, "byzantine", 0):
+        return f"{hook} cannot run with Byzantine clients: their forged deltas replace the uploads in the clear"
+    return None
 
 
 @register("hook", "dp")
-class DPHook:
+class DPHook(Hook):
     """Client-level DP-FedAvg: clip each update to ``clip_norm``, noise the sum with ``noise_multiplier``.
 
     ``delta`` is the accountant's delta, ``seed`` the noise's seed
@@ -96,6 +158,7 @@ class DPHook:
     last round (client -> norm).
     """
 
+    reports_epsilon = True
     options = Options(
         Option("clip_norm", float, help="S: each client's update is clipped to L2 norm S", low=0, low_open=True),
         Option("noise_multiplier", float, help="z: the noise on the sum is N(0, (z S)^2 I); 0 clips only", low=0),
@@ -119,7 +182,7 @@ class DPHook:
 
     def setup(self, strategy, n_clients, settings):
         """A problem (the strategy does not average, bad accountant settings) or None."""
-        problem = _strategy_problem(self, strategy)
+        problem = _strategy_problem(self, strategy) or _uploads_problem(self, settings, masks=False)
         if problem:
             return problem
         poisson = settings.client_sampling == "poisson"
@@ -159,7 +222,7 @@ class DPHook:
 
 
 @register("hook", "secure_aggregation")
-class SecureAggregationHook:
+class SecureAggregationHook(Hook):
     """Pairwise-masked aggregation of the weighted updates, with recovery of clients that drop after masking.
 
     ``session_seed`` derives the pair seeds (see :mod:`.secure`: a simulation,
@@ -170,6 +233,7 @@ class SecureAggregationHook:
     clients of the last round whose masks were recovered.
     """
 
+    replaces_aggregation = True
     options = Options(
         Option("session_seed", int, help="derives the pair seeds (a simulation, not a key agreement)", low=0),
         Option("fraction_bits", int, FRACTION_BITS, "f: the fixed-point precision, a step of 2^-f", low=0, high=62),
@@ -189,7 +253,7 @@ class SecureAggregationHook:
                 f"drop_after_masking={self.drop_after_masking})")
 
     def setup(self, strategy, n_clients, settings):
-        return _strategy_problem(self, strategy)
+        return _strategy_problem(self, strategy) or _uploads_problem(self, settings, masks=True)
 
     def begin_round(self, round, participants):
         self.participants = [int(k) for k in participants]

@@ -8,6 +8,8 @@ from ..core.result import Result, require_plotting  # noqa: F401 (imported from 
 
 SCALAR_COLUMNS = ("round", "sampled", "participants", "dropped", "stragglers", "failed", "loss", "test_loss",
                   "test_accuracy", "bytes_sent", "bytes_received", "epsilon", "time")
+# who took part in each round, as lists of client ids (JSON; in the CSV as space-separated ids)
+LIST_COLUMNS = ("sampled_clients", "dropped_clients", "straggler_clients", "failed_clients", "byzantine_clients")
 
 
 @dataclasses.dataclass

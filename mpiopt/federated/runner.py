@@ -56,20 +56,23 @@ from ..core.log import IterationLog
 from ..core.random import random_stream
 from ..core.registry import RegistryError, lookup, options_problem
 from ..core.signals import SignalFlags
-from .client import clients_digest, data_problem, local_clients, train_client
-from .result import SCALAR_COLUMNS, FederatedResult
+from ..compression import get_compressor
+from .attacks import byzantine_clients, forge_updates, get_attack
+from .client import ClientStates, clients_digest, data_problem, local_clients, train_client
+from .hooks import Hook
+from .result import LIST_COLUMNS, SCALAR_COLUMNS, FederatedResult
 from .settings import FederatedSettings
 from .strategies import get_strategy
-from .strategy import ClientUpdate, Strategy
+from .strategy import ClientRound, Layout, RunInfo, Strategy
+from .uplink import Uplink
 
-FORMAT = "mpiopt-federated-checkpoint-1"
-HEAD = 5  # client, weight, steps, normalizer, loss ahead of each uploaded update
+FORMAT = "mpiopt-federated-checkpoint-2"
 LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("failed", "6d"), ("loss", "14.6e"),
                ("test acc", "8.4f"), ("MB sent", "9.3f"), ("time(s)", "9.3f"))
 
 
 def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_options=None, test_data=None,
-                  params=None, hooks=(), log_stream=None, **settings):
+                  params=None, hooks=(), log_stream=None, attack_options=None, compressor_options=None, **settings):
     """Federated training of ``model`` over the K = len(clients) virtual clients; collective over ``comm``.
 
     ``clients[k]`` is client k's ``(X_k, y_k)`` (read only on rank k % p);
@@ -102,10 +105,15 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     options = FederatedSettings.collective(comm, problem, agree={
         "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
     check_collectively(comm, _hooks_problem(hooks, strategy, len(clients), options))
-    columns = LOG_COLUMNS + ((("epsilon", "9.4g"),) if any(hasattr(hook, "epsilon") for hook in hooks) else ())
+    attack, problem = _built("attack", options.attack, attack_options, get_attack)
+    compressor, compressor_problem = _built("compressor", options.compressor, compressor_options, get_compressor)
+    check_collectively(comm, problem or compressor_problem)
+    columns = LOG_COLUMNS + ((("epsilon", "9.4g"),) if any(hook.reports_epsilon for hook in hooks) else ())
     federation = Federation(model, len(clients), local, strategy, options, comm, params, test_data, hooks,
-                            IterationLog(options.verbose and comm.rank == 0, columns, stream=log_stream))
+                            IterationLog(options.verbose and comm.rank == 0, columns, stream=log_stream),
+                            attack, compressor)
     try:
+        check_collectively(comm, strategy.setup(federation.run_info()))
         return federation.run(start)
     finally:
         federation.close()
@@ -145,22 +153,25 @@ def _hooks(entries):
             if problem:
                 return [], problem
             entry = hook
+        if not isinstance(entry, Hook):
+            return [], (f"a hook must be a mpiopt.federated.Hook (its methods are no-ops to override), a registered "
+                        f"hook's name or a (name, options) pair; got {entry!r}")
         hooks.append(entry)
     return hooks, None
 
 
 def _hooks_problem(hooks, strategy, n_clients, settings):
     """The first hook's problem with this run (its ``setup``), or two hooks that both replace the aggregation."""
-    aggregating = [index for index, hook in enumerate(hooks) if hasattr(hook, "aggregate")]
+    aggregating = [index for index, hook in enumerate(hooks) if hook.replaces_aggregation]
     if len(aggregating) > 1:
         return "at most one hook may replace the aggregation (aggregate), got " + ", ".join(
             repr(hooks[index]) for index in aggregating)
-    later = [hook for hook in hooks[aggregating[0] + 1:] if hasattr(hook, "transform_update")] if aggregating else []
+    later = [hook for hook in hooks[aggregating[0] + 1:] if hook.transforms_updates()] if aggregating else []
     if later:  # it would see updates the aggregating hook already encoded (secure aggregation's masks)
         return (f"{later[0]!r} transforms updates after {hooks[aggregating[0]]!r} encodes them; "
                 "put it before (differential privacy's clipping goes before secure aggregation)")
     for hook in hooks:
-        problem = hook.setup(strategy, n_clients, settings) if hasattr(hook, "setup") else None
+        problem = hook.setup(strategy, n_clients, settings)
         if problem:
             return problem
     return None
@@ -173,14 +184,17 @@ class RoundReport:
     fates: dict          # client -> "dropped", "straggler" or "failed"
     failures: list       # [{"client": k, "error": message}]
     bytes_sent: float
+    bytes_received: float  # the model and the instructions sent to the clients that trained
     checkpoint_requested: bool
     stop_requested: bool
+    byzantine: list = dataclasses.field(default_factory=list)  # the reporting clients whose deltas were forged
 
 
 class Federation:
     """The server's loop: ``round`` runs one round, ``run`` repeats it and builds the result."""
 
-    def __init__(self, model, n_clients, local, strategy, settings, comm, params, test_data, hooks, log):
+    def __init__(self, model, n_clients, local, strategy, settings, comm, params, test_data, hooks, log, attack=None,
+                 compressor=None):
         self.model, self.n_clients, self.local, self.strategy = model, n_clients, local, strategy
         self.settings, self.log, self.hooks = settings, log, list(hooks)
         self.comm = comm.Dup()
@@ -189,8 +203,20 @@ class Federation:
         self.params = np.array(model.init_params(settings.seed) if params is None else params, dtype=np.float64)
         self.test = None if test_data is None else (model.check_inputs(test_data[0]),
                                                     model.check_targets(test_data[1], len(test_data[1])))
-        self.history = {column: [] for column in SCALAR_COLUMNS + ("failures", "note")}
+        self.history = {column: [] for column in SCALAR_COLUMNS + LIST_COLUMNS + ("failures", "note")}
         self.next_round, self.elapsed_before, self.checkpointer = 0, 0.0, None
+        self.layout = Layout(strategy, model.n_params)
+        self.states = ClientStates(strategy, model.n_params)
+        self.attack, self.byzantine = attack, set(int(k) for k in byzantine_clients(n_clients, settings.byzantine,
+                                                                                    settings.seed))
+        self.uplink = (Uplink(compressor, settings.uplink_feedback, self.layout)
+                       if compressor is not None and settings.compressor != "none" else None)
+        sizes = self.comm.allgather({client: int(y.shape[0]) for client, (_, y) in local.items()})
+        self.client_rows = tuple(size for _, size in sorted((k, v) for part in sizes for k, v in part.items()))
+
+    def run_info(self):
+        return RunInfo(n_clients=self.n_clients, client_rows=self.client_rows, n_params=self.model.n_params,
+                       params=self.params.copy(), settings=self.settings)
 
     # -- one client ---------------------------------------------------------------------
     def fate(self, round, client):
@@ -204,30 +230,42 @@ class Federation:
             return (None if self.strategy.keeps_stragglers else "straggler"), epochs
         return None, epochs
 
-    def train(self, round, client, epochs):
-        """The client's update after every hook's ``transform_update``, None if a hook withheld it (raises what
-        training raises)."""
-        s = self.settings
+    def train(self, round, client, epochs, instructions):
+        """(the client's update after the strategy's ``end_client`` and every hook's ``transform_update``, or
+        None if a hook withheld it; the client's working state): raises what training raises."""
+        s, strategy = self.settings, self.strategy
         X, y = self.local[client]
-        update = train_client(self.model, X, y, self.params, self.strategy, client=client, round=round, epochs=epochs,
-                              batch_size=self.strategy.local_batch_size(s.batch_size), lr=s.lr,
-                              momentum=s.momentum, seed=s.seed)
+        ctx = ClientRound(client=client, round=round, global_params=self.params, instructions=instructions,
+                          state=self.states.working(client), rows=int(y.shape[0]), lr=s.lr, epochs=epochs,
+                          batch_size=strategy.local_batch_size(s.batch_size))
+        strategy.begin_client(ctx)
+        update = train_client(self.model, X, y, self.params, strategy, client=client, round=round, epochs=epochs,
+                              batch_size=ctx.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed, ctx=ctx)
+        update = strategy.end_client(update, ctx)
+        problem = self.layout.problem(update)
+        if problem:
+            raise ValueError(f"{strategy.name}: {problem}")
+        sent = 8 * self.layout.width
+        if self.uplink is not None:
+            update, sent = self.uplink.encode(update, ctx)
         for hook in self.hooks:
-            if hasattr(hook, "transform_update") and update is not None:
+            if update is not None:
                 update = hook.transform_update(update, client, round)
-        return update
+        return update, ctx.state, sent
 
     # -- one round ------------------------------------------------------------------------
     def run_clients(self, round, sampled, signals):
         """This rank's sampled clients in turn, then the round's all-gathers: a RoundReport."""
-        rows, fates, failures = [], {}, []
+        rows, fates, failures, downlink, uplink = [], {}, [], 0, 0
         for client in (int(k) for k in sampled if k % self.comm.size == self.comm.rank):
             fate, epochs = self.fate(round, client)
             if fate:
                 fates[client] = fate
                 continue
+            instructions = self.strategy.configure_client(round, client)
+            downlink += self.params.nbytes + instructions.nbytes
             try:
-                update = self.train(round, client, epochs)
+                update, state, sent = self.train(round, client, epochs, instructions)
             except Exception as error:  # a client's failure is reported, never a hang
                 fates[client] = "failed"
                 failures.append({"client": client, "error": f"{type(error).__name__}: {error}"})
@@ -235,40 +273,40 @@ class Federation:
             if update is None:
                 fates[client] = "dropped"
                 continue
-            normalizer = update.steps if update.normalizer is None else update.normalizer
-            rows.append(np.concatenate([[update.client, update.weight, update.steps, normalizer, update.loss],
-                                        update.delta]))
+            self.states.commit(client, state)
+            rows.append(self.layout.row(update))
+            uplink += sent
         payload = np.concatenate(rows) if rows else np.zeros(0)
         gathered, _ = self.reducer.allgatherv(payload)
         usr1, term = signals.take()
-        shared = self.comm.allgather((fates, failures, usr1, term))
-        table = gathered.reshape(-1, HEAD + self.model.n_params)
-        table = table[np.argsort(table[:, 0], kind="stable")]
-        updates = [ClientUpdate(client=int(row[0]), delta=row[HEAD:], weight=float(row[1]), steps=int(row[2]),
-                                normalizer=float(row[3]), loss=float(row[4])) for row in table]
+        shared = self.comm.allgather((fates, failures, usr1, term, downlink, uplink))
         all_fates = {k: v for part in shared for k, v in part[0].items()}
         all_failures = sorted((f for part in shared for f in part[1]), key=lambda f: f["client"])
-        return RoundReport(updates, dict(sorted(all_fates.items())), all_failures, float(gathered.nbytes),
+        return RoundReport(self.layout.updates(gathered), dict(sorted(all_fates.items())), all_failures,
+                           float(sum(part[5] for part in shared)), float(sum(part[4] for part in shared)),
                            any(part[2] for part in shared), any(part[3] for part in shared))
 
     def round(self, round, signals):
         s = self.settings
         sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed, s.client_sampling)
-        starters = [hook for hook in self.hooks if hasattr(hook, "begin_round")]
-        if starters:
+        if self.hooks:
             participants = [int(k) for k in sampled if self.fate(round, int(k))[0] is None]
-            for hook in starters:
+            for hook in self.hooks:
                 hook.begin_round(round, participants)
         report = self.run_clients(round, sampled, signals)
         if report.failures and not s.tolerate_failures:
             raise CollectiveError({f["client"] % self.comm.size: f"client {f['client']} failed in round {round}: "
                                    f"{f['error']} (tolerate_failures=True leaves it out)" for f in report.failures})
         updates, loss, note = report.updates, None, None
-        transforms = [hook for hook in self.hooks if hasattr(hook, "transform_aggregate")
-                      and (updates or getattr(hook, "transforms_empty_rounds", False))]
+        updates, report.byzantine = forge_updates(updates, self.attack, self.byzantine, round, s.seed)
+        transforms = [hook for hook in self.hooks if updates or hook.transforms_empty_rounds]
         if updates:
-            aggregators = [hook for hook in self.hooks if hasattr(hook, "aggregate")]
-            delta = aggregators[0].aggregate(updates, round) if aggregators else self.strategy.aggregate_fit(updates)
+            aggregators = [hook for hook in self.hooks if hook.replaces_aggregation]
+            try:  # the same on every rank: a rule that cannot run on this round's reports fails everywhere alike
+                delta = (aggregators[0].aggregate(updates, round) if aggregators
+                         else self.strategy.aggregate_fit(updates))
+            except ValueError as error:
+                raise CollectiveError({rank: f"round {round}: {error}" for rank in range(self.comm.size)}) from None
             total = sum(update.weight for update in updates)
             loss = sum(update.weight / total * update.loss for update in updates)
         else:
@@ -286,15 +324,17 @@ class Federation:
         s, fates = self.settings, list(report.fates.values())
         last = round + 1 == s.rounds
         test_loss, test_accuracy = self.evaluate_test() if (round + 1) % s.eval_every == 0 or last else (None, None)
-        trained = len(report.updates) + fates.count("failed")
-        epsilons = [hook.epsilon() for hook in self.hooks if hasattr(hook, "epsilon")]
+        epsilons = [hook.epsilon() for hook in self.hooks if hook.reports_epsilon]
         values = {"round": round + 1, "sampled": len(sampled), "participants": len(report.updates),
                   "dropped": fates.count("dropped"), "stragglers": fates.count("straggler"),
                   "failed": fates.count("failed"), "loss": loss, "test_loss": test_loss,
                   "test_accuracy": test_accuracy, "bytes_sent": report.bytes_sent,
-                  "bytes_received": float(trained * self.params.nbytes), "epsilon": epsilons[0] if epsilons else None,
+                  "bytes_received": report.bytes_received, "epsilon": epsilons[0] if epsilons else None,
                   "time": self.elapsed_before + time.perf_counter() - self.start, "failures": report.failures,
-                  "note": note}
+                  "note": note, "sampled_clients": [int(k) for k in sampled],
+                  "dropped_clients": [k for k, fate in report.fates.items() if fate == "dropped"],
+                  "straggler_clients": [k for k, fate in report.fates.items() if fate == "straggler"],
+                  "failed_clients": [f["client"] for f in report.failures], "byzantine_clients": report.byzantine}
         for column, value in values.items():
             self.history[column].append(value)
         if round + 1 == 1 or (round + 1) % s.log_every == 0 or last:
@@ -342,8 +382,8 @@ class Federation:
         shared = {"params": self.params, **{f"strategy_{key}": value
                                             for key, value in self.strategy.state_dict().items()}}
         meta = {"round": self.next_round, "history": self.history, "elapsed": elapsed,
-                "hooks": [hook.state_dict() if hasattr(hook, "state_dict") else None for hook in self.hooks]}
-        return shared, {}, meta
+                "hooks": [hook.state_dict() for hook in self.hooks]}
+        return shared, self.states.arrays(), meta
 
     def restore(self, shared, mine, meta):
         self.params = np.array(shared["params"], dtype=np.float64)
@@ -351,8 +391,9 @@ class Federation:
         self.strategy.load_state_dict({key[len("strategy_"):]: value for key, value in shared.items()
                                        if key.startswith("strategy_")})
         for hook, state in zip(self.hooks, meta.get("hooks", [])):
-            if state is not None and hasattr(hook, "load_state_dict"):
+            if state is not None:
                 hook.load_state_dict(state)
+        self.states.load(mine)
         self.history = {column: list(values) for column, values in meta["history"].items()}
         self.next_round, self.elapsed_before = int(meta["round"]), float(meta["elapsed"])
 
@@ -394,8 +435,7 @@ class Federation:
         return self.elapsed_before + time.perf_counter() - self.start
 
     def describe(self, resumed_at):
-        sizes = self.comm.allgather({client: int(y.shape[0]) for client, (_, y) in self.local.items()})
-        rows = [size for _, size in sorted((k, v) for part in sizes for k, v in part.items())]
+        rows = list(self.client_rows)
         return {"ranks": self.comm.size, "model": repr(self.model), "n_params": self.model.n_params,
                 "strategy": self.strategy.name, "strategy_options": self.strategy.option_values(),
                 "keeps_stragglers": self.strategy.keeps_stragglers, "clients": self.n_clients, "client_rows": rows,

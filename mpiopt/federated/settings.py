@@ -14,6 +14,12 @@ from ..collectives import REDUCERS, Reducer
 from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
 
 CLIENT_SAMPLINGS = ("fixed", "poisson")
+UPLINK_FEEDBACKS = ("auto", "none", "ef", "ef21")
+
+
+def _names(kind):
+    from ..core.registry import names
+    return lambda: names(kind)
 
 
 def local_training_checks(settings):
@@ -32,7 +38,8 @@ def local_training_checks(settings):
 @dataclasses.dataclass(frozen=True)
 class FederatedSettings(Settings):
     label = "federated"
-    choices = {"client_sampling": CLIENT_SAMPLINGS, "reducer": lambda: list(REDUCERS)}
+    choices = {"client_sampling": CLIENT_SAMPLINGS, "reducer": lambda: list(REDUCERS), "attack": _names("attack"),
+               "compressor": _names("compressor"), "uplink_feedback": UPLINK_FEEDBACKS}
 
     rounds: int = 10               # communication rounds (counted from the first run when resumed)
     fraction: float = 0.1          # C: the share of the K clients sampled each round
@@ -46,6 +53,12 @@ class FederatedSettings(Settings):
     dropout: float = 0.0           # p: each sampled client drops out of a round with this probability
     stragglers: float = 0.0        # share of the sampled clients that run a random 1..E local epochs
     tolerate_failures: bool = False  # a client whose training raises is left out (True) or ends the run
+    byzantine: float = 0.0         # share of the K clients that are Byzantine (drawn once from the seed): their
+                                   # deltas are forged by the attack after the gather
+    attack: str = "sign_flip"      # the Byzantine clients' attack (kind "attack"; its options: attack_options)
+    compressor: str = "none"       # the uploads' compressor (kind "compressor"; its options: compressor_options)
+    uplink_feedback: str = "auto"  # compressed uploads: "ef" (error feedback), "ef21", "none", or "auto" (ef for
+                                   # the biased compressors, none for the unbiased)
     reducer: str = "mpi"           # a registered reducer name or a Reducer: moves the client updates
     eval_every: int = 1            # rounds between test evaluations (and the last round)
     checkpoint: str = None         # npz path, written at round boundaries; resumed from when it exists
@@ -66,6 +79,13 @@ class FederatedSettings(Settings):
              f"stragglers must be in [0, 1], got {self.stragglers!r}"),
             (isinstance(self.tolerate_failures, bool),
              f"tolerate_failures must be True or False, got {self.tolerate_failures!r}"),
+            (number(self.byzantine) and 0 <= self.byzantine < 1, f"byzantine must be in [0, 1), got {self.byzantine!r}"),
+            (self.attack in self.choices["attack"](), lambda: f"attack must be one of "
+             f"{', '.join(self.choices['attack']())}, got {self.attack!r}"),
+            (self.compressor in self.choices["compressor"](), lambda: f"compressor must be one of "
+             f"{', '.join(self.choices['compressor']())}, got {self.compressor!r}"),
+            (self.uplink_feedback in UPLINK_FEEDBACKS,
+             f"uplink_feedback must be one of {', '.join(UPLINK_FEEDBACKS)}, got {self.uplink_feedback!r}"),
             (isinstance(self.reducer, Reducer) or self.reducer in REDUCERS,
              lambda: f"reducer must be one of {', '.join(REDUCERS)} or a Reducer, got {self.reducer!r}"),
             (integer(self.eval_every) and self.eval_every >= 1,

@@ -74,14 +74,15 @@ class FedProx(Strategy):
         super().__init__(server_lr, server_momentum)
         self.mu = float(mu)
 
-    def local_gradient(self, grad, params, global_params):
-        return grad + self.mu * (params - global_params) if self.mu else grad
+    def local_gradient(self, grad, params, ctx):
+        return grad + self.mu * (params - ctx.global_params) if self.mu else grad
 
 
 @register("strategy", "fednova")
 class FedNova(Strategy):
     name = "fednova"
     keeps_stragglers = True
+    averages = False  # the step-normalized average is not a weighted sum of the deltas
 
     def aggregate_fit(self, updates):
         """tau_eff sum_k p_k delta_k / ||a_k||_1 with tau_eff = sum_k p_k ||a_k||_1, in client order."""

@@ -1,0 +1,138 @@
+"""FedAdagrad, FedAdam, FedYogi: an adaptive optimizer on the server, fed the averaged client update.
+
+Reddi, Charles, Zaheer, Garrett, Rush, Konecny, Kumar, McMahan, "Adaptive
+Federated Optimization", ICLR 2021, Algorithm 2.  The clients run FedAvg's
+local SGD (the run's ``lr`` is eta_l); the server treats the weighted
+average Delta_t = sum_k p_k delta_k as a pseudo-gradient:
+
+    m_t = beta_1 m_{t-1} + (1 - beta_1) Delta_t
+    v_t = v_{t-1} + Delta_t^2                                   (FedAdagrad)
+    v_t = beta_2 v_{t-1} + (1 - beta_2) Delta_t^2               (FedAdam)
+    v_t = v_{t-1} - (1 - beta_2) Delta_t^2 sign(v_{t-1} - Delta_t^2)   (FedYogi)
+    x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)
+
+with m_0 = v_0 = 0, elementwise, as Flower's ``FedAdagrad``, ``FedAdam`` and
+``FedYogi`` (flwr 1.x, ``server/strategy/fed*.py``), whose defaults are these
+classes' defaults.  Flower's FedAdam scales eta by the bias correction
+sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)) for its 1-based round t
+(``bias_correction="flower"``, the default here, so the two are equal); the
+paper has none (``"none"``) and Kingma and Ba's Adam uses the exponent t
+(``"adam"``).  Here t counts the server's steps (a round in which no client
+reported takes none); Flower counts rounds: the two agree when every round
+reports.
+
+Because the server step only post-processes the average, these strategies
+``average``: DP-FedAvg's noisy clipped mean and secure aggregation's masked
+sum stand in for it.  Cost: O(d) per round on the server; m and v are
+checkpointed.
+"""
+import numpy as np
+
+from ..core.options import Option, Options
+from ..core.registry import register
+from ..core.settings import is_number
+from .strategy import Strategy
+
+BIAS_CORRECTIONS = ("flower", "adam", "none")
+
+
+class FedOpt(Strategy):
+    """The shared rule; a subclass names its second moment (``second_moment``) and its defaults."""
+
+    name = "fedopt"
+    defaults = {"eta": 1e-1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
+
+    @classmethod
+    def declare(cls, **defaults):
+        return Options(
+            Option("eta", float, defaults["eta"], "the server's learning rate", low=0, low_open=True),
+            Option("beta_1", float, defaults["beta_1"], "the first moment's decay", low=0, high=1, high_open=True),
+            Option("beta_2", float, defaults["beta_2"], "the second moment's decay (FedAdam, FedYogi)", low=0,
+                   high=1, high_open=True),
+            Option("tau", float, defaults["tau"], "the adaptivity: added to sqrt(v)", low=0, low_open=True))
+
+    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None):
+        super().__init__()
+        values = {name: (self.defaults[name] if value is None else value)
+                  for name, value in (("eta", eta), ("beta_1", beta_1), ("beta_2", beta_2), ("tau", tau))}
+        for name, value in values.items():
+            if not is_number(value):
+                raise ValueError(f"{self.name}: {name} must be a number, got {value!r}")
+        self.eta, self.beta_1, self.beta_2, self.tau = (float(values[k]) for k in ("eta", "beta_1", "beta_2", "tau"))
+        if not (self.eta > 0 and self.tau > 0 and 0 <= self.beta_1 < 1 and 0 <= self.beta_2 < 1):
+            raise ValueError(f"{self.name}: eta and tau must be > 0 and beta_1, beta_2 in [0, 1), got {values}")
+        self.m = self.v = None
+        self.steps = 0
+
+    def setup(self, run):
+        self.m = self.v = None  # a resumed run loads them after this
+        self.steps = 0
+        return None
+
+    def second_moment(self, v, delta):
+        raise NotImplementedError
+
+    def step_size(self):
+        return self.eta
+
+    def server_update(self, params, delta):
+        self.steps += 1
+        self.m = (1 - self.beta_1) * delta if self.m is None else self.beta_1 * self.m + (1 - self.beta_1) * delta
+        self.v = self.second_moment(np.zeros_like(delta) if self.v is None else self.v, delta)
+        return params + self.step_size() * self.m / (np.sqrt(self.v) + self.tau)
+
+    def state_dict(self):
+        if self.m is None:
+            return {"steps": np.array(self.steps)}
+        return {"m": self.m.copy(), "v": self.v.copy(), "steps": np.array(self.steps)}
+
+    def load_state_dict(self, state):
+        self.m = None if "m" not in state else np.array(state["m"], dtype=np.float64)
+        self.v = None if "v" not in state else np.array(state["v"], dtype=np.float64)
+        self.steps = int(state.get("steps", 0))
+
+
+@register("strategy", "fedadagrad")
+class FedAdagrad(FedOpt):
+    name = "fedadagrad"
+    defaults = {"eta": 1e-1, "beta_1": 0.0, "beta_2": 0.0, "tau": 1e-9}
+    options = FedOpt.declare(**defaults)
+
+    def second_moment(self, v, delta):
+        return v + delta * delta
+
+
+@register("strategy", "fedadam")
+class FedAdam(FedOpt):
+    name = "fedadam"
+    defaults = {"eta": 1e-1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
+    options = FedOpt.declare(**defaults) + Options(
+        Option("bias_correction", str, "flower", "eta's bias correction: flower (exponent t + 1, Flower's "
+               "FedAdam), adam (exponent t) or none (the paper's Algorithm 2)", choices=BIAS_CORRECTIONS))
+
+    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None, bias_correction="flower"):
+        if bias_correction not in BIAS_CORRECTIONS:
+            raise ValueError(f"fedadam: bias_correction must be one of {', '.join(BIAS_CORRECTIONS)}, "
+                             f"got {bias_correction!r}")
+        super().__init__(eta, beta_1, beta_2, tau)
+        self.bias_correction = bias_correction
+
+    def second_moment(self, v, delta):
+        return self.beta_2 * v + (1 - self.beta_2) * (delta * delta)
+
+    def step_size(self):
+        if self.bias_correction == "none":
+            return self.eta
+        t = self.steps + (1.0 if self.bias_correction == "flower" else 0.0)
+        return self.eta * np.sqrt(1 - np.power(self.beta_2, t)) / (1 - np.power(self.beta_1, t))
+
+
+@register("strategy", "fedyogi")
+class FedYogi(FedOpt):
+    name = "fedyogi"
+    defaults = {"eta": 1e-2, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3}
+    options = FedOpt.declare(**defaults)
+
+    def second_moment(self, v, delta):
+        square = delta * delta
+        return v - (1.0 - self.beta_2) * square * np.sign(v - square)

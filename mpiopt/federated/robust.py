@@ -1,0 +1,178 @@
+"""Byzantine-robust aggregation: coordinate-wise median, trimmed mean, Krum, multi-Krum, Bulyan.
+
+Each replaces FedAvg's weighted mean of the round's deltas (the local
+training is FedAvg's) by a rule that a few arbitrary updates cannot move
+far, computed as Flower's ``server/strategy/aggregate.py`` does it (the
+same operations in the same order, on the deltas; the rules commute with
+adding w_t to every update, so on Flower's parameters they give
+w_t + Delta):
+
+* ``median`` (Yin et al., ICML 2018): Delta_j = the median of the delta_kj,
+  ``np.median`` over the clients (Flower's ``aggregate_median``).
+* ``trimmed_mean`` (Yin et al. 2018), ``beta`` in [0, 0.5): per coordinate,
+  drop the floor(beta n) smallest and largest values and average the rest
+  (``aggregate_trimmed_avg``, scipy's ``trim_mean``).
+* ``krum`` (Blanchard, El Mhamdi, Guerraoui, Stainer, NeurIPS 2017), with
+  ``num_malicious`` f: client i's score is the sum of its squared distances to
+  its n - f - 2 nearest others (at least 1); Delta is the update of least score.
+* ``multikrum`` (same paper): the n-weighted mean (n_k) of the ``to_keep``
+  updates of least score (Flower's ``aggregate_krum`` with ``to_keep``).
+* ``bulyan`` (El Mhamdi, Guerraoui, Rouault, ICML 2018), needs n >= 4 f + 3:
+  theta = n - 2 f times select the Krum winner of the remaining updates and
+  set it aside; then, per coordinate, the mean of the beta = theta - 2 f
+  selected values closest to their median (``aggregate_bulyan`` with Krum).
+
+Breakdown points (the share of Byzantine updates each tolerates): median and
+Krum below 1/2 (Krum needs 2 f + 2 < n), trimmed mean below beta, Bulyan
+f <= (n - 3) / 4.  A rule that cannot run on a round's n (Bulyan with too few
+reports) raises a ValueError on every rank alike, which the runner reports.
+
+Cost per round, n updates of d: median and trimmed mean O(n d) (a partition
+per coordinate); Krum O(n^2 d) for the distances; Bulyan O(n^3 d) (theta
+Krum selections).  None of them ``averages``: differential privacy and
+secure aggregation refuse them.
+"""
+import numpy as np
+
+from ..core.options import Option, Options
+from ..core.registry import register
+from ..core.settings import is_integer, is_number
+from .strategy import Strategy
+
+
+class RobustStrategy(Strategy):
+    averages = False
+
+    def aggregate_fit(self, updates):
+        return self.rule(np.array([update.delta for update in updates]),
+                         np.array([update.weight for update in updates]))
+
+    def rule(self, deltas, weights):
+        raise NotImplementedError
+
+
+def weighted_mean(deltas, weights):
+    """Flower's ``aggregate``: sum_k n_k delta_k / sum_k n_k, summed in order."""
+    total = np.zeros_like(deltas[0])
+    for delta, weight in zip(deltas, weights):
+        total = total + delta * weight
+    return total / np.sum(weights)
+
+
+def squared_distances(deltas):
+    """The n x n matrix of ||delta_i - delta_j||^2 (Flower's ``_compute_distances``)."""
+    n = len(deltas)
+    distances = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            distances[i, j] = np.linalg.norm(deltas[i] - deltas[j]) ** 2
+    return distances
+
+
+def krum_scores(deltas, num_malicious):
+    """Each update's Krum score: the sum of its squared distances to its n - f - 2 nearest others (>= 1)."""
+    distances = squared_distances(deltas)
+    closest = max(1, len(deltas) - num_malicious - 2)
+    return [np.sum(distances[i, np.argsort(distances[i])[1:closest + 1]]) for i in range(len(deltas))]
+
+
+def trimmed_mean(values, beta):
+    """The mean along axis 0 without the floor(beta n) smallest and largest of each column (scipy's trim_mean)."""
+    n = values.shape[0]
+    low = int(beta * n)
+    high = n - low
+    kept = np.partition(values, (low, high - 1), axis=0)[low:high]
+    return np.mean(kept, axis=0)
+
+
+@register("strategy", "median")
+class Median(RobustStrategy):
+    name = "median"
+
+    def rule(self, deltas, weights):
+        return np.median(deltas, axis=0)
+
+
+@register("strategy", "trimmed_mean")
+class TrimmedMean(RobustStrategy):
+    name = "trimmed_mean"
+    options = Strategy.options + Options(
+        Option("beta", float, 0.2, "the share cut from each end of every coordinate", low=0, high=0.5,
+               high_open=True))
+
+    def __init__(self, beta=0.2, server_lr=1.0, server_momentum=0.0):
+        if not (is_number(beta) and 0 <= beta < 0.5):
+            raise ValueError(f"trimmed_mean: beta must be in [0, 0.5), got {beta!r}")
+        super().__init__(server_lr, server_momentum)
+        self.beta = float(beta)
+
+    def rule(self, deltas, weights):
+        return trimmed_mean(deltas, self.beta)
+
+
+def _malicious_option():
+    return Option("num_malicious", int, 0, "f: the Byzantine updates the rule assumes", low=0)
+
+
+def _check_count(name, label, value):
+    if not (is_integer(value) and value >= 0):
+        raise ValueError(f"{name}: {label} must be an integer >= 0, got {value!r}")
+    return int(value)
+
+
+@register("strategy", "krum")
+class Krum(RobustStrategy):
+    name = "krum"
+    options = Strategy.options + Options(_malicious_option())
+
+    def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
+        super().__init__(server_lr, server_momentum)
+        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
+
+    def rule(self, deltas, weights):
+        return deltas[int(np.argmin(krum_scores(deltas, self.num_malicious)))].copy()
+
+
+@register("strategy", "multikrum")
+class MultiKrum(RobustStrategy):
+    name = "multikrum"
+    options = Strategy.options + Options(
+        _malicious_option(),
+        Option("to_keep", int, 1, "m: the updates of least score averaged (weighted by n_k)", low=1))
+
+    def __init__(self, num_malicious=0, to_keep=1, server_lr=1.0, server_momentum=0.0):
+        super().__init__(server_lr, server_momentum)
+        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
+        self.to_keep = _check_count(self.name, "to_keep", to_keep)
+        if self.to_keep < 1:
+            raise ValueError(f"multikrum: to_keep must be >= 1, got {to_keep!r}")
+
+    def rule(self, deltas, weights):
+        scores = krum_scores(deltas, self.num_malicious)
+        best = np.argsort(scores)[::-1][len(scores) - min(self.to_keep, len(scores)):]
+        return weighted_mean(deltas[best], weights[best])
+
+
+@register("strategy", "bulyan")
+class Bulyan(RobustStrategy):
+    name = "bulyan"
+    options = Strategy.options + Options(_malicious_option())
+
+    def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
+        super().__init__(server_lr, server_momentum)
+        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
+
+    def rule(self, deltas, weights):
+        f, n = self.num_malicious, len(deltas)
+        if n < 4 * f + 3:
+            raise ValueError(f"bulyan needs n >= 4 f + 3 reporting clients: {n} reported, f = {f}")
+        remaining, selected = list(deltas), []
+        theta = n - 2 * f
+        for _ in range(theta):
+            best = int(np.argmin(krum_scores(np.array(remaining), f)))
+            selected.append(remaining.pop(best))
+        selected = np.array(selected)
+        median = np.median(selected, axis=0)
+        beta = theta - 2 * f
+        order = np.argpartition(np.abs(median - selected), kth=beta - 1, axis=0)
+        return np.mean(np.take_along_axis(selected, order, axis=0)[:beta], axis=0)

@@ -37,6 +37,29 @@ def test_cli_federated_at_two_ranks_matches_the_python_api(tmp_path):
 
 
 
+def test_cli_federated_runs_the_new_strategies_attacks_and_compressed_uploads_as_the_python_api(tmp_path):
+    output = tmp_path / "fed.json"
+    completed = run_mpi(2, "-m", "mpiopt", "federated", "--strategy", "trimmed_mean", "--strategy-opt", "beta=0.25",
+                        "--clients", "12", "--fraction", "0.5", "--rounds", "3", "--lr", "0.05", "--byzantine", "0.25",
+                        "--attack", "gaussian", "--attack-opt", "scale=2", "--compressor", "topk", "--compressor-opt",
+                        "ratio=0.1", "--uplink-feedback", "ef21", "--quiet", "--output", str(output))
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(output.read_text())
+    data = load_dataset("digits", MPI.COMM_SELF)
+    clients = split_clients(data.X_train, data.y_train, partition("iid", data.y_train, 12, 0))
+    model = get_model("softmax", n_features=64, n_classes=10, alpha=0.0)
+    direct = run_federated(model, clients, "trimmed_mean", MPI.COMM_SELF, strategy_options={"beta": 0.25},
+                           fraction=0.5, rounds=3, lr=0.05, byzantine=0.25, attack="gaussian",
+                           attack_options={"scale": 2.0}, compressor="topk", compressor_options={"ratio": 0.1},
+                           uplink_feedback="ef21")
+    assert np.array_equal(result["params"], direct.params)
+    assert result["history"]["byzantine_clients"] == direct.history["byzantine_clients"]
+    assert result["history"]["bytes_sent"] == direct.history["bytes_sent"]
+    refused = run_mpi(2, "-m", "mpiopt", "federated", "--strategy", "fedadam", "--server-lr", "0.5", "--rounds",
+                      "1", "--quiet", "--output", str(tmp_path / "refused.json"))
+    assert refused.returncode == 2 and "strategy fedadam takes no server_lr" in refused.stderr
+
+
 def test_cli_federated_client_sampling_poisson_is_the_python_apis(tmp_path):
     output = tmp_path / "fed.json"
     arguments = [*FEDERATED[:FEDERATED.index("--dropout")], "--client-sampling", "poisson"]

@@ -11,16 +11,19 @@ def add_parser(commands):
     from ..core.registry import names
     from ..federated import FederatedSettings
     federated = commands.add_parser(
-        "federated", help="federated learning: K virtual clients over the ranks, FedAvg, FedSGD, FedProx, FedNova",
+        "federated", help="federated learning: K virtual clients over the ranks; FedAvg, SCAFFOLD, FedDyn, FedAdam, "
+                          "federated ADMM, robust aggregation, Byzantine clients, compressed uploads",
         description="Federated learning with K virtual clients spread over the MPI ranks (client k on rank k % p): "
                     "each round a fraction of the clients trains locally from the global model and the strategy "
-                    "combines their updates; the same model at any rank count.")
+                    "combines their updates; the same model at any rank count.  Every strategy, attack and "
+                    "compressor below takes its options through --strategy-opt, --attack-opt, --compressor-opt.")
     federated.add_argument("--strategy", default="fedavg", choices=names("strategy"), help="(default %(default)s)")
     federated.add_argument("--mu", type=float, help="fedprox: proximal weight (default 0.01)")
     add_options_flag(federated, "strategy")
-    federated.add_argument("--server-lr", type=float, default=1.0, help="server learning rate (default %(default)s)")
-    federated.add_argument("--server-momentum", type=float, default=0.0,
-                           help="server momentum, FedAvgM (default %(default)s)")
+    federated.add_argument("--server-lr", type=float,
+                           help="server learning rate, for the strategies that take server_lr (default 1.0)")
+    federated.add_argument("--server-momentum", type=float,
+                           help="server momentum, FedAvgM, for the strategies that take it (default 0.0)")
     group = federated.add_argument_group("data")
     group.add_argument("--data", default="digits", choices=names("dataset") + ["synthetic"],
                        help="a registered data set, split by --partition, or FedProx's Synthetic(alpha, beta) "
@@ -45,6 +48,10 @@ def add_parser(commands):
                       "help": "the split, the partition, the sampling, the faults and the local minibatch orders "
                               f"(default {FederatedSettings.seed})"}}
     settings = add_settings_flags(group, FederatedSettings, shown=shown, log="round")
+    group = federated.add_argument_group("the options of the chosen attack (--attack) and uplink compressor "
+                                         "(--compressor)")
+    add_options_flag(group, "attack")
+    add_options_flag(group, "compressor")
     group = federated.add_argument_group("privacy and secure aggregation (docs/federated.md)")
     group.add_argument("--dp-clip", type=float, metavar="S",
                        help="client-level DP-FedAvg: clip each client's update to L2 norm S (turns DP on)")
@@ -142,11 +149,13 @@ def run_federated(args, comm):
         "server_lr": args.server_lr, "server_momentum": args.server_momentum, "mu": args.mu})
     chosen, chosen_problem = chosen_options(args, "strategy", args.strategy)
     strategy_options.update(chosen)
-    model_problem = model_problem or strategy_problem or chosen_problem
+    attack_options, attack_problem = chosen_options(args, "attack", args.attack)
+    compressor_options, compressor_problem = chosen_options(args, "compressor", args.compressor)
+    model_problem = model_problem or strategy_problem or chosen_problem or attack_problem or compressor_problem
     hooks, hooks_problem = _federated_hooks(args)
     check_collectively(comm, problem or model_problem or hooks_problem or plot_problem(args.plot, comm))
     result = federate(model, clients, args.strategy, comm, strategy_options=strategy_options, test_data=test,
-                      hooks=hooks, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                      hooks=hooks, attack_options=attack_options, compressor_options=compressor_options, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                       **settings_from(args, args.federated_settings, FederatedSettings))
     if comm.rank == 0:
         write_json(args.output, dict(result.to_dict(), source=source))

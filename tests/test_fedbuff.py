@@ -61,7 +61,7 @@ def test_bad_settings_raise_the_same_error_on_every_rank(comm):
         run_fedbuff(softmax(), iid_clients(4), comm, buffer_size=0, staleness="hinge")
     assert len(set(comm.allgather(str(caught.value)))) == 1
     if comm.size >= 2:
-        assert "buffer_size must be an integer >= 1" in str(caught.value)
+        assert "buffer_size must be an int >= 1" in str(caught.value)
 
 
 @pytest.mark.mpi
@@ -163,3 +163,48 @@ def test_idle_workers_and_an_exhausted_budget_shut_down_cleanly(comm):
         result = run_fedbuff(softmax(), iid_clients(1), comm, buffer_size=1, server_steps=steps)
         assert result.rounds == steps and result.info["updates_applied"] == steps
         assert all(workers == [1] for workers in result.history["workers"])
+
+
+# -- FedAsync (Xie et al. 2019) and the asynchronous strategies on run_federated ------------------------------
+def test_fedasync_staleness_weights_follow_the_paper():
+    assert staleness_weight(3, "hinge", 0.5, hinge=4) == 1.0
+    assert staleness_weight(10, "hinge", 0.5, hinge=4) == pytest.approx(1 / (0.5 * 6 + 1), rel=1e-15)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_fedasync_with_one_worker_is_its_sequential_mixing(comm):
+    # reference: with one worker every update is fresh (tau = 0) and applied before the next pull, so FedAsync is
+    # w <- (1 - alpha) w + alpha w_k, w_k the chosen client's E full-batch proximal steps from w (Algorithm 1)
+    needs_two_ranks(comm)
+    if comm.size != 2:
+        pytest.skip("one worker: the deterministic case")
+    parts, alpha, rho, lr = iid_clients(5), 0.4, 0.1, 0.05
+    result = run_federated(softmax(), parts, "fedasync", comm, rounds=6, local_epochs=2, batch_size=None, lr=lr,
+                           seed=2, strategy_options={"alpha": alpha, "rho": rho})
+    w = softmax().init_params(2)
+    from mpiopt.core.random import random_stream
+    for pull in range(6):
+        client = int(random_stream(2, "fedbuff", 1, pull).choice(np.arange(5), 1, replace=False)[0])
+        local = w.copy()
+        for _ in range(2):
+            local = local - lr * (softmax().loss_and_grad(local, *parts[client])[1] + rho * (local - w))
+        w = (1 - alpha) * w + alpha * local
+    np.testing.assert_allclose(result.params, w, rtol=1e-12, atol=1e-14)
+    assert result.info["strategy"] == "fedasync" and result.history["staleness"] == [[0]] * 6
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_an_asynchronous_strategy_refuses_the_synchronous_faults_in_one_line(comm):
+    needs_two_ranks(comm)
+    with pytest.raises(CollectiveError) as caught:
+        run_federated(softmax(), iid_clients(4), "fedbuff", comm, rounds=1, dropout=0.2, byzantine=0.25)
+    assert ("fedbuff is asynchronous: dropout=0.2, byzantine=0.25 belong to the synchronous rounds"
+            in str(caught.value))
+    assert len(set(comm.allgather(str(caught.value)))) == 1
+
+
+def test_an_asynchronous_strategy_at_one_rank_raises_a_collective_error():
+    with pytest.raises(CollectiveError, match="fedasync needs at least 2 ranks"):
+        run_federated(softmax(), iid_clients(4), "fedasync", MPI.COMM_SELF, rounds=1)

@@ -63,7 +63,8 @@ def clients(n_clients=5, n_features=3, seed=4):
 
 def test_every_builtin_piece_declares_its_options_with_help_and_a_valid_default():
     expected = {"strategy": {"fedavg", "fedsgd", "fedprox", "fednova", "scaffold", "feddyn", "fedadagrad", "fedadam",
-                             "fedyogi", "median", "trimmed_mean", "krum", "multikrum", "bulyan", "fedadmm"},
+                             "fedyogi", "median", "trimmed_mean", "krum", "multikrum", "bulyan", "fedadmm", "fedbuff",
+                             "fedasync"},
                 "partition": {"iid", "pathological", "dirichlet", "quantity"},
                 "hook": {"dp", "secure_aggregation"}, "attack": {"sign_flip", "gaussian", "constant", "alie"},
                 "dataset": {"digits", "breast_cancer"}}

@@ -87,7 +87,7 @@ def test_run_fedbuff_result_has_the_core_fields_and_a_log(comm):
     pair.Free()
     assert_core_fields(result, 4)
     assert set(result.timings) == {"setup", "rounds", "total"} and result.info["resumed_at"] == 0
-    assert ("mpiopt FedBuff" in log.getvalue()) == (comm.rank == 0)
+    assert ("mpiopt federated learning, asynchronous (fedbuff)" in log.getvalue()) == (comm.rank == 0)
 
 
 @pytest.mark.mpi

@@ -13,7 +13,6 @@ from mpiopt.cli import parse_arguments
 from mpiopt.cli.common import add_settings_flags, settings_from
 from mpiopt.core.settings import Settings, field_docs
 from mpiopt.federated import FederatedSettings
-from mpiopt.federated.fedbuff import FedBuffSettings
 from mpiopt.train import TrainSettings
 
 SUBCOMMANDS = [("solve", ADMMSettings, "admm_settings"), ("lasso", ADMMSettings, "admm_settings"),
@@ -22,7 +21,7 @@ SUBCOMMANDS = [("solve", ADMMSettings, "admm_settings"), ("lasso", ADMMSettings,
 SCALARS = (int, float, str, bool)
 
 
-@pytest.mark.parametrize("settings_class", [ADMMSettings, TrainSettings, FederatedSettings, FedBuffSettings,
+@pytest.mark.parametrize("settings_class", [ADMMSettings, TrainSettings, FederatedSettings,
                                             AsyncSGDSettings])
 def test_every_settings_field_has_a_one_line_doc(settings_class):
     docs = field_docs(settings_class)

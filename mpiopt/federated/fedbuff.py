@@ -1,467 +1,144 @@
-"""Asynchronous federated aggregation with a buffer of K updates (FedBuff; Nguyen et al., AISTATS 2022).
+"""FedBuff and FedAsync: asynchronous strategies, run by ``run_federated`` on the parameter server.
 
-``run_fedbuff(model, clients, comm=None, **settings)`` on the asynchronous
-parameter server (:class:`mpiopt.collectives.async_server.AsyncParameterServer`):
-rank 0 serves the global model, every other rank is a worker, and no worker
-ever waits for another, so a slow client delays only its own update.
+FedBuff (Nguyen, Malik, Zhan, Yousefpour, Rabbat, Malek, Huba, AISTATS 2022,
+Algorithm 1): the server buffers K = ``buffer_size`` client updates and
+steps
 
-Placement: client k lives on worker ``1 + k % (p - 1)`` (only that rank reads
-``clients[k]``).  A worker repeats, until the server's budget is spent:
+    w <- w + eta_g (1/K) sum_k s(tau_k) delta_k
 
-1. pull the model w and the count v of updates the server has received
-   (the worker stops once ``v >= server_steps * buffer_size``);
-2. draw ``concurrency`` of its clients without replacement from
-   ``random_stream(seed, "fedbuff", worker, i)`` (i: the worker's i-th pull)
-   and train each from w in turn with :func:`.client.train_client` (round i,
-   FedAvg's local objective), then sleep the client's ``client_delays``
-   seconds (an emulated slow device);
-3. push each update delta_k = w_k - w, with n_k, its loss and k, tagged
-   with v.
+with s(tau) = (1 + tau)^(-a) ("polynomial", a = ``staleness_exponent`` = 0.5
+as in the paper) or 1 ("constant"); with constant weights and every update
+fresh, a step is FedAvg with equal client weights.
 
-The server buffers what arrives.  An update based on the model of server
-step t_k that arrives after step t has staleness tau_k = t - t_k and weight
+FedAsync (Xie, Koyejo, Gupta, "Asynchronous Federated Optimization", 2019,
+Algorithm 1): every update is applied as it arrives (K = 1), mixing the
+client's model w_k (trained from the model of step t - tau) into the global one,
 
-    s(tau) = (1 + tau)^(-a)   ("polynomial", a = ``staleness_exponent`` = 0.5 as in the paper)
-    s(tau) = 1                ("constant")
+    w <- (1 - alpha_t) w + alpha_t w_k,     alpha_t = alpha s(tau)
 
-and once the buffer holds K = ``buffer_size`` updates the server steps
+with s constant, polynomial (1 + tau)^(-a) or hinge (1 if tau <= b, else
+1 / (a (tau - b) + 1)); its clients may add the proximal term
+(rho / 2) ||w - w_tau||^2 to their local objective (``rho``; 0: plain SGD).
 
-    w <- w + eta_g (1/K) sum_k s(tau_k) delta_k        (eta_g = ``server_lr``; paper, Algorithm 1)
-
-and empties the buffer.  It accepts exactly ``server_steps * K`` updates
-and so takes exactly ``server_steps`` steps; updates that arrive after that
-(workers still training when the budget ran out) are counted as
-``discarded`` and not applied.  The model a worker pulls changes only at a
-server step, so tau counts server steps, as in the paper (the parameter
-server's own version counts updates; the server converts).  With constant
-weights and every update fresh, a step is FedAvg with equal client weights.
-
-What is deterministic: the placement, each worker's sequence of clients and
-their minibatch orders, and the number of server steps.  What is not: the
-order in which updates from different workers arrive depends on timing, so
-the staleness of each update, which clients fill which buffer, and the final
-model vary from run to run at p > 2 ranks.  At p = 2 (one worker) the run is
-deterministic: a worker's messages reach the server in the order sent.
-FedBuff needs p >= 2 ranks; at one rank it raises a CollectiveError.
-
-Checkpoints (``checkpoint``, ``checkpoint_every``): the run is a sequence of
-sessions of the parameter server.  A session ends once every worker has
-pulled after a checkpoint was asked for (every ``checkpoint_every`` server
-steps, SIGUSR1 or SIGTERM on any rank), so the updates in flight are all
-applied and no worker is half way through its clients; every rank then
-writes its part (the server: the model, the partly filled buffer, its
-counters and history; a worker: its pull count) and, unless stopped, the
-next session starts where this one ended.  A worker learns a checkpoint is
-due from the model it pulls; a signal on a worker reaches the server as a
-marker message (not an update).  At p = 2 a resumed run is the
-uninterrupted one bit for bit, sessions or not; at p > 2 it is one of the
-runs the timing could have given.  The rank count must not change.
-
-Cost: each update moves n_params + 4 floats to the server and each pull
-n_params + 4 back; the server does O(n_params) work per update.
+How they run (placement, sessions, checkpoints, what is deterministic):
+:mod:`.asynchronous`.  ``run_fedbuff(model, clients, comm, buffer_size=...,
+server_steps=...)`` is ``run_federated(model, clients, "fedbuff", comm,
+strategy_options={...}, rounds=server_steps)`` under its older name.
 """
-import dataclasses
-import math
-import time
 
-import numpy as np
-
-from ..collectives.async_server import AsyncParameterServer, ParameterServerTimeout
-from ..core.checkpoint import Checkpointer
-from ..core.comm import check_collectively, resolve_comm
-from ..core.log import IterationLog
-from ..core.random import random_stream
-from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
-from ..core.signals import SignalFlags
-from .client import clients_digest, data_problem, local_clients, train_client
-from .result import SCALAR_COLUMNS, FederatedResult
-from .settings import local_training_checks
+from ..core.options import Option, Options
+from ..core.registry import register
+from ..core.settings import is_integer, is_number
 from .strategy import Strategy
 
-FORMAT = "mpiopt-fedbuff-checkpoint-1"
-# Behind each pushed update: n_k, loss, client (-1: a worker's signal, not an update), the updates the server had
-# received when the worker pulled.  Behind the served model: FLAG (GO, SPENT: the budget is spent, PAUSE: a
-# checkpoint is due), the updates received so far, two zeros.
-TAIL = 4
-GO, SPENT, PAUSE = 0.0, 1.0, 2.0
-LOG_COLUMNS = (("step", "6d"), ("updates", "7d"), ("max tau", "7d"), ("loss", "14.6e"), ("test acc", "8.4f"),
-               ("time(s)", "9.3f"))
+STALENESS = ("polynomial", "constant")
+FEDASYNC_STALENESS = ("constant", "polynomial", "hinge")
 
 
-def staleness_weight(staleness, kind="polynomial", exponent=0.5):
-    """s(tau): ``(1 + tau)^-exponent`` ("polynomial") or 1 ("constant"), for tau >= 0 server steps."""
+def staleness_weight(staleness, kind="polynomial", exponent=0.5, hinge=None):
+    """s(tau) for tau >= 0 server steps: ``(1 + tau)^-exponent`` ("polynomial"), 1 ("constant"), or
+    1 for tau <= hinge and ``1 / (exponent (tau - hinge) + 1)`` after ("hinge", FedAsync's)."""
     if staleness < 0:
         raise ValueError(f"staleness must be >= 0, got {staleness}")
     if kind == "constant":
         return 1.0
     if kind == "polynomial":
         return float((1.0 + staleness) ** -exponent)
+    if kind == "hinge" and hinge is not None:
+        return 1.0 if staleness <= hinge else float(1.0 / (exponent * (staleness - hinge) + 1.0))
     raise ValueError(f"staleness must be one of {', '.join(STALENESS)}, got {kind!r}")
 
 
-STALENESS = ("polynomial", "constant")
+class AsyncStrategy(Strategy):
+    """Base of the asynchronous strategies: ``weight(tau)`` and ``contribution(received, params)`` of an
+    arriving update, ``buffer_size`` and ``server_lr`` of the step, ``concurrency`` of the workers."""
+
+    asynchronous = True
+    averages = False
+    sends_model = False   # the worker pushes its model w_k instead of its delta
+    buffer_size = 1
+
+    def contribution(self, received, params):
+        return received
+
+    def weight(self, staleness):
+        return staleness_weight(staleness, self.staleness, self.staleness_exponent)
 
 
-@dataclasses.dataclass(frozen=True)
-class FedBuffSettings(Settings):
-    label = "fedbuff"
-
-    buffer_size: int = 10          # K: updates the server buffers before a step
-    server_steps: int = 10         # server steps to take (the server accepts server_steps * K updates)
-    server_lr: float = 1.0         # eta_g
-    staleness: str = "polynomial"  # s(tau): "polynomial" (1 + tau)^-a or "constant" 1
-    staleness_exponent: float = 0.5  # a
-    concurrency: int = 1           # clients a worker trains from each model it pulls
-    local_epochs: int = 1          # E
-    batch_size: int = 10           # B; None: all of a client's rows
-    lr: float = 0.01               # the clients' SGD learning rate
-    momentum: float = 0.0          # the clients' SGD momentum
-    seed: int = 0                  # client choice, minibatch orders, the initial model
-    client_delays: tuple = None    # seconds client k sleeps after training (emulated slow devices); None: 0
-    eval_every: int = 1            # server steps between test evaluations (and the last one)
-    idle_timeout: float = None     # the server gives up after this many silent seconds (None: never)
-    checkpoint: str = None         # npz path, written between sessions; resumed from when it exists
-    checkpoint_every: int = 0      # server steps between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
-    verbose: bool = False          # the server's step log on rank 0
-    log_every: int = 1             # with verbose, a log row every this many server steps
-
-    def checks(self):
-        number, integer = is_number, is_integer
-        delays = self.client_delays
-        return [
-            (integer(self.buffer_size) and self.buffer_size >= 1,
-             f"buffer_size must be an integer >= 1, got {self.buffer_size!r}"),
-            (integer(self.server_steps) and self.server_steps >= 0,
-             f"server_steps must be an integer >= 0, got {self.server_steps!r}"),
-            (number(self.server_lr) and self.server_lr > 0, f"server_lr must be a number > 0, got {self.server_lr!r}"),
-            (self.staleness in STALENESS,
-             f"staleness must be one of {', '.join(STALENESS)}, got {self.staleness!r}"),
-            (number(self.staleness_exponent) and self.staleness_exponent >= 0,
-             f"staleness_exponent must be a number >= 0, got {self.staleness_exponent!r}"),
-            (integer(self.concurrency) and self.concurrency >= 1,
-             f"concurrency must be an integer >= 1, got {self.concurrency!r}"),
-            *local_training_checks(self),
-            (delays is None or (isinstance(delays, (list, tuple)) and all(number(d) and d >= 0 for d in delays)),
-             f"client_delays must be None or a sequence of seconds >= 0, got {delays!r}"),
-            (integer(self.eval_every) and self.eval_every >= 1,
-             f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
-            (self.idle_timeout is None or (number(self.idle_timeout) and self.idle_timeout > 0),
-             f"idle_timeout must be None or a number > 0, got {self.idle_timeout!r}"),
-            *checkpoint_and_log_checks(self),
-        ]
+def _positive_int(name, label, value):
+    if not (is_integer(value) and value >= 1):
+        raise ValueError(f"{name}: {label} must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
-def run_fedbuff(model, clients, comm=None, *, test_data=None, params=None, log_stream=None, **settings):
-    """FedBuff training of ``model`` over the K = len(clients) clients; collective over ``comm`` (p >= 2 ranks).
+@register("strategy", "fedbuff")
+class FedBuff(AsyncStrategy):
+    name = "fedbuff"
+    options = Options(
+        Option("buffer_size", int, 10, "K: updates the server buffers before a step", low=1),
+        Option("server_lr", float, 1.0, "eta_g, the server's step", low=0, low_open=True),
+        Option("staleness", str, "polynomial", "s(tau): polynomial (1 + tau)^-a or constant 1", choices=STALENESS),
+        Option("staleness_exponent", float, 0.5, "a", low=0),
+        Option("concurrency", int, 1, "clients a worker trains from each model it pulls", low=1))
 
-    ``clients[k] = (X_k, y_k)`` (read only on worker 1 + k % (p - 1));
-    ``test_data`` an optional ``(X, y)`` the server evaluates every
-    ``eval_every`` steps; ``params`` the starting point (default
-    ``model.init_params(seed)``); ``log_stream`` where the step log goes
-    (``verbose``; default stdout).  Settings: :class:`FedBuffSettings`.
-    Returns a :class:`FederatedResult`, the same on every rank, with one
-    history row per server step (``round`` is the step; plus ``staleness``,
-    ``clients`` and ``workers`` of its buffer).  See the module docstring.
-    """
-    start = time.perf_counter()
-    comm = resolve_comm(comm)
-    problem = None if comm.size >= 2 else (
-        f"FedBuff needs at least 2 ranks (rank 0 serves, the others train), got {comm.size}")
-    workers = range(comm.rank - 1, len(clients), comm.size - 1) if comm.rank else ()  # rank 0 serves
-    local, problem = local_clients(model, clients, workers, problem)
-    problem = problem or data_problem(model, test_data, params)
-    delays = settings.get("client_delays")
-    if problem is None and delays is not None and len(delays) != len(clients):
-        problem = f"client_delays has {len(delays)} entries for {len(clients)} clients"
-    if isinstance(delays, list):
-        settings["client_delays"] = tuple(delays)
-    options = FedBuffSettings.collective(comm, problem, agree={"clients": len(clients), "model": repr(model)},
-                                         **settings)
-    params = model.init_params(options.seed) if params is None else np.array(params, dtype=np.float64)
-    run = FedBuffRun(model, len(clients), local, options, comm, params, test_data,
-                     IterationLog(options.verbose and comm.rank == 0, LOG_COLUMNS, stream=log_stream))
-    try:
-        return run.run(start)
-    finally:
-        run.comm.Free()
+    def __init__(self, buffer_size=10, server_lr=1.0, staleness="polynomial", staleness_exponent=0.5,
+                 concurrency=1):
+        if staleness not in STALENESS:
+            raise ValueError(f"fedbuff: staleness must be one of {', '.join(STALENESS)}, got {staleness!r}")
+        if not (is_number(staleness_exponent) and staleness_exponent >= 0):
+            raise ValueError(f"fedbuff: staleness_exponent must be a number >= 0, got {staleness_exponent!r}")
+        super().__init__(server_lr)
+        self.buffer_size = _positive_int(self.name, "buffer_size", buffer_size)
+        self.concurrency = _positive_int(self.name, "concurrency", concurrency)
+        self.staleness, self.staleness_exponent = staleness, float(staleness_exponent)
 
 
-class FedBuffRun:
-    """The sessions of the parameter server, the checkpoints between them, and the result."""
+@register("strategy", "fedasync")
+class FedAsync(AsyncStrategy):
+    name = "fedasync"
+    sends_model = True
+    options = Options(
+        Option("alpha", float, 0.6, "the mixing weight: w <- (1 - alpha_t) w + alpha_t w_k", low=0, high=1,
+               low_open=True),
+        Option("staleness", str, "polynomial", "s(tau): constant, polynomial (1 + tau)^-a, hinge",
+               choices=FEDASYNC_STALENESS),
+        Option("staleness_exponent", float, 0.5, "a (polynomial and hinge)", low=0),
+        Option("hinge", float, 4.0, "b: the staleness a hinge weight still takes at full weight", low=0),
+        Option("rho", float, 0.0, "the clients' proximal weight (rho / 2) ||w - w_tau||^2", low=0),
+        Option("concurrency", int, 1, "clients a worker trains from each model it pulls", low=1))
 
-    def __init__(self, model, n_clients, local, settings, comm, params, test_data, log):
-        self.model, self.n_clients, self.local, self.settings = model, n_clients, local, settings
-        self.comm, self.test, self.log = comm.Dup(), test_data, log
-        self.buffer = UpdateBuffer(model, settings, params, test_data, log) if comm.rank == 0 else None
-        self.pulls, self.steps, self.checkpointer, self.stats = 0, 0, None, []
+    def __init__(self, alpha=0.6, staleness="polynomial", staleness_exponent=0.5, hinge=4.0, rho=0.0,
+                 concurrency=1):
+        if staleness not in FEDASYNC_STALENESS:
+            raise ValueError(f"fedasync: staleness must be one of {', '.join(FEDASYNC_STALENESS)}, "
+                             f"got {staleness!r}")
+        for label, value in (("alpha", alpha), ("staleness_exponent", staleness_exponent), ("hinge", hinge),
+                             ("rho", rho)):
+            if not (is_number(value) and value >= 0):
+                raise ValueError(f"fedasync: {label} must be a number >= 0, got {value!r}")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"fedasync: alpha must be in (0, 1], got {alpha!r}")
+        super().__init__(float(alpha))
+        self.alpha, self.staleness, self.staleness_exponent = float(alpha), staleness, float(staleness_exponent)
+        self.hinge, self.rho = float(hinge), float(rho)
+        self.concurrency = _positive_int(self.name, "concurrency", concurrency)
 
-    def run(self, setup_start):
-        s = self.settings
-        if s.checkpoint:
-            self.checkpointer = Checkpointer(s.checkpoint, self.comm, self.fingerprint(), FORMAT, "FedBuff")
-            self.checkpointer.restore(self.restore, _validate)
-        resumed_at, status = self.steps, "finished"
-        setup = time.perf_counter() - setup_start
-        if self.buffer is not None:
-            self.buffer.start = time.perf_counter()
-        self.log.banner("mpiopt FedBuff", self.banner_lines(setup, resumed_at))
-        rounds_start = time.perf_counter()
-        with SignalFlags(self.checkpointer is not None) as signals:
-            while True:
-                spent, due, stop = self.session(signals)
-                if self.checkpointer is not None and (due or stop or (spent and self.steps > resumed_at)):
-                    self.checkpointer.write(*self.state())
-                if spent or stop:
-                    status = "finished" if spent else "interrupted"
-                    break
-        rounds_time = time.perf_counter() - rounds_start
-        result = self.result(status, resumed_at, {"setup": setup, "rounds": rounds_time, "total": setup + rounds_time})
-        self.log.footer([f"status:    {result.status} after {result.rounds} server steps",
-                         f"clients:   loss {result.loss:.8e}", f"time:      {rounds_time:.3f} s"])
-        return result
+    def weight(self, staleness):
+        return staleness_weight(staleness, self.staleness, self.staleness_exponent, self.hinge)
 
-    def session(self, signals):
-        """One session of the parameter server, until every worker has pulled after the budget was spent or a
-        checkpoint was asked for: (budget spent, checkpoint asked for, stop asked for), the same on every rank."""
-        problem = None
-        with AsyncParameterServer(self.model.n_params + TAIL, comm=self.comm) as server:
-            if server.is_server:
-                self.buffer.signals = signals
-                try:
-                    self.stats.append(server.serve(self.buffer.served(), self.buffer.apply,
-                                                   self.settings.idle_timeout))
-                except ParameterServerTimeout as error:
-                    problem = str(error)
-            else:
-                try:
-                    self.pulls = _work(server, self.model, self.local, self.settings, self.pulls, signals)
-                except Exception as error:  # reported on every rank below, after the server has stopped
-                    problem = f"worker {self.comm.rank}: {type(error).__name__}: {error}"
-                server.close()
-        server.free()
-        check_collectively(self.comm, problem)
-        usr1, term = signals.take()
-        asked = self.buffer.take_requests(usr1, term) if self.buffer is not None else None
-        shared = self.comm.allgather((usr1, term, asked))
-        spent, due, stop, self.steps = shared[0][2]
-        return spent, due or any(part[0] for part in shared), stop or any(part[1] for part in shared)
+    def contribution(self, received, params):
+        """w_k - w: the mixing step's direction (the server's step is alpha s(tau) times it)."""
+        return received - params
 
-    def result(self, status, resumed_at, timings):
-        model, buffer = self.model, self.buffer
-        params, history, info = ((buffer.params, buffer.history, buffer.info()) if buffer is not None
-                                 else (None, None, None))
-        params, history, info = self.comm.bcast((params, history, info), root=0)
-        loss, accuracy = _evaluate_clients(model, params, self.local, self.comm)
-        server = self.stats[-1] if len(self.stats) == 1 else {"sessions": self.stats}
-        info.update(ranks=self.comm.size, model=repr(model), n_params=model.n_params, clients=self.n_clients,
-                    placement="client k on worker 1 + k % (ranks - 1)", settings=self.settings.as_dict(),
-                    server=self.comm.bcast(server, root=0), resumed_at=resumed_at,
-                    stop="rounds" if status == "finished" else "signal")
-        return FederatedResult(status=status, history=history, timings=timings, info=info, params=params,
-                               rounds=len(history["round"]), loss=loss, accuracy=accuracy,
-                               test_accuracy=_evaluate(model, params, self.test)[1])
-
-    # -- checkpoints -----------------------------------------------------------------------
-    def fingerprint(self):
-        s = self.settings
-        return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
-                "data": clients_digest(self.local),
-                **{name: getattr(s, name) for name in ("buffer_size", "server_lr", "staleness", "staleness_exponent",
-                                                       "concurrency", "local_epochs", "batch_size", "lr",
-                                                       "momentum", "seed")}}
-
-    def state(self):
-        """(shared arrays, this rank's arrays, meta) of :meth:`Checkpointer.write`: the server's buffer, the
-        workers' pull counts."""
-        shared, meta = self.buffer.state() if self.buffer is not None else ({}, {})
-        return shared, {"pulls": np.array(self.pulls)}, meta
-
-    def restore(self, shared, mine, meta):
-        self.pulls, self.steps = int(mine["pulls"]), int(meta["steps"])
-        if self.buffer is not None:
-            self.buffer.load(shared, meta)
-
-    def banner_lines(self, setup, resumed_at):
-        s = self.settings
-        return [f"model:     {self.model!r}",
-                f"clients:   {self.n_clients} on {self.comm.size - 1} workers (client k on worker 1 + k % "
-                f"{self.comm.size - 1}); rank 0 serves",
-                f"server:    {s.server_steps} steps of K={s.buffer_size} updates, eta_g={s.server_lr}, staleness "
-                f"{s.staleness} (a={s.staleness_exponent}); concurrency {s.concurrency}",
-                f"clients:   E={s.local_epochs}, B={s.batch_size}, lr={s.lr}, momentum={s.momentum}",
-                f"setup:     {setup:.3f} s" + (f"; resumed at server step {resumed_at}" if resumed_at else "")]
+    def local_gradient(self, grad, params, ctx):
+        return grad + self.rho * (params - ctx.global_params) if self.rho else grad
 
 
-def _validate(shared, parts, meta):
-    """Rank 0's check that the file holds what a FedBuff checkpoint holds."""
-    missing = [key for key in UpdateBuffer.META if key not in meta]
-    missing += [key for key in ("params", "direction") if key not in shared]
-    missing += [f"rank{rank}_pulls" for rank, part in enumerate(parts) if "pulls" not in part]
-    if missing:
-        raise ValueError(f"entries {', '.join(missing)} are missing")
-
-
-class UpdateBuffer:
-    """The server's ``apply``: buffers updates, steps every K of them, and records each step."""
-
-    META = ("steps", "received", "accepted", "buffered", "first_arrival", "history", "elapsed")
-
-    def __init__(self, model, settings, params, test_data, log):
-        self.model, self.settings, self.test, self.log = model, settings, test_data, log
-        self.params = np.array(params, dtype=np.float64)
-        self.n = model.n_params
-        self.budget = settings.server_steps * settings.buffer_size
-        self.direction = np.zeros(self.n)
-        self.buffered = []                         # (staleness, client, worker, n_k, loss) of each update
-        self.received = self.accepted = self.steps = 0
-        self.first_arrival = {}                    # worker -> server steps done when its first update arrived
-        self.start, self.elapsed_before = time.perf_counter(), 0.0
-        self.checkpoint_every = settings.checkpoint_every if settings.checkpoint else 0
-        self.asked = {"due": False, "usr1": False, "term": False}
-        self.signals = None                        # the run's SignalFlags (set by the session that serves)
-        self.history = {column: [] for column in SCALAR_COLUMNS + ("failures", "note", "version", "staleness",
-                                                                   "clients", "workers")}
-
-    def served(self):
-        """The model a session serves: the parameters, then GO or SPENT and the updates received."""
-        return np.concatenate([self.params, [SPENT if self.accepted >= self.budget else GO, self.received, 0, 0]])
-
-    def apply(self, model, message, worker, lag):
-        """Called by ``serve`` for each push (``lag``: the parameter server's count, unused: a push carries
-        the updates received when its worker pulled)."""
-        rows, loss, client, based_on = message[self.n:]
-        usr1, term = self.signals.take()
-        if client < 0 or usr1 or term:  # a worker's or the server's signal: end the session
-            self.asked.update(usr1=self.asked["usr1"] or bool(usr1) or (client < 0 and rows > 0),
-                              term=self.asked["term"] or bool(term) or (client < 0 and loss > 0))
-            if model[self.n] == GO:
-                model[self.n] = PAUSE
-            if client < 0:
-                return
-        self.received += 1
-        model[self.n + 1] = self.received
-        self.first_arrival.setdefault(worker, self.steps)
-        if self.accepted >= self.budget:
-            return
-        s = self.settings
-        staleness = self.steps - min(int(based_on), self.budget) // s.buffer_size
-        weight = staleness_weight(staleness, s.staleness, s.staleness_exponent)
-        self.direction += weight * message[:self.n]
-        self.buffered.append((staleness, int(client), worker, float(rows), float(loss)))
-        self.accepted += 1
-        if len(self.buffered) == s.buffer_size:
-            self.step(model)
-
-    def step(self, model):
-        s = self.settings
-        self.params += (s.server_lr / s.buffer_size) * self.direction
-        model[:self.n] = self.params
-        self.steps += 1
-        self.record()
-        self.direction[:] = 0.0
-        self.buffered = []
-        if self.accepted >= self.budget:
-            model[self.n] = SPENT
-        elif self.checkpoint_every and self.steps % self.checkpoint_every == 0:
-            self.asked["due"] = True
-            model[self.n] = PAUSE
-
-    def take_requests(self, usr1, term):
-        """(budget spent, checkpoint asked for, stop asked for, steps) after a session; clears the requests."""
-        asked, self.asked = self.asked, {"due": False, "usr1": False, "term": False}
-        return (self.accepted >= self.budget, asked["due"] or asked["usr1"] or bool(usr1),
-                asked["term"] or bool(term), self.steps)
-
-    def record(self):
-        s, buffered = self.settings, self.buffered
-        last = self.steps == s.server_steps
-        test_loss, test_accuracy = (_evaluate(self.model, self.params, self.test)
-                                    if self.steps % s.eval_every == 0 or last else (None, None))
-        rows = sum(entry[3] for entry in buffered)
-        values = {"round": self.steps, "sampled": len(buffered), "participants": len(buffered), "dropped": 0,
-                  "stragglers": 0, "failed": 0, "loss": sum(entry[3] * entry[4] for entry in buffered) / rows,
-                  "test_loss": test_loss, "test_accuracy": test_accuracy,
-                  "bytes_sent": float(len(buffered) * (self.n + TAIL) * 8), "bytes_received": None,
-                  "epsilon": None, "time": self.elapsed(), "failures": [], "note": None,
-                  "version": self.steps, "staleness": [entry[0] for entry in buffered],
-                  "clients": [entry[1] for entry in buffered], "workers": [entry[2] for entry in buffered]}
-        for column, value in values.items():
-            self.history[column].append(value)
-        if self.steps == 1 or self.steps % s.log_every == 0 or last:
-            self.log.row(self.steps, len(buffered), max(values["staleness"]), values["loss"],
-                         float("nan") if test_accuracy is None else test_accuracy, values["time"])
-
-    def elapsed(self):
-        return self.elapsed_before + time.perf_counter() - self.start
-
-    def info(self):
-        known = [tau for taus in self.history["staleness"] for tau in taus]
-        return {"server_steps": self.steps, "updates_applied": self.accepted,
-                "discarded": self.received - self.accepted, "first_arrival": self.first_arrival,
-                "max_staleness": max(known, default=0), "mean_staleness": float(np.mean(known)) if known else 0.0}
-
-    def state(self):
-        """(shared arrays, meta) of a checkpoint: the model, the partial sum of the buffer, the counters."""
-        meta = {"steps": self.steps, "received": self.received, "accepted": self.accepted,
-                "buffered": self.buffered, "first_arrival": sorted(self.first_arrival.items()),
-                "history": self.history, "elapsed": self.elapsed()}
-        return {"params": self.params, "direction": self.direction}, meta
-
-    def load(self, shared, meta):
-        self.params = self.model.check_params(np.array(shared["params"], dtype=np.float64))
-        self.direction = np.array(shared["direction"], dtype=np.float64)
-        self.steps, self.received, self.accepted = (int(meta[key]) for key in ("steps", "received", "accepted"))
-        self.buffered = [tuple(entry) for entry in meta["buffered"]]
-        self.first_arrival = {int(worker): int(steps) for worker, steps in meta["first_arrival"]}
-        self.history = {column: list(values) for column, values in meta["history"].items()}
-        self.elapsed_before = float(meta["elapsed"])
-
-
-def _work(server, model, local, settings, pull, signals):
-    """A worker's loop (module docstring, steps 1-3) from its ``pull``-th pull until the server's budget is
-    spent or a checkpoint is due; returns the pulls made in all."""
-    mine = np.array(sorted(local))
-    strategy = Strategy()
-    n = model.n_params
-    while mine.size:
-        usr1, term = signals.take()
-        if usr1 or term:  # the server ends the session: a marker, not an update
-            server.push(np.concatenate([np.zeros(n), [usr1, term, -1.0, 0.0]]))
-        message, version = server.pull()
-        if message[n] != GO:
-            return pull
-        global_params, based_on = message[:n], message[n + 1]
-        count = min(settings.concurrency, mine.size)
-        chosen = np.sort(random_stream(settings.seed, "fedbuff", server.rank, pull).choice(mine, count,
-                                                                                           replace=False))
-        for client in chosen:
-            X, y = local[int(client)]
-            update = train_client(model, X, y, global_params, strategy, client=int(client), round=pull,
-                                  epochs=settings.local_epochs, batch_size=settings.batch_size, lr=settings.lr,
-                                  momentum=settings.momentum, seed=settings.seed)
-            if settings.client_delays is not None:
-                time.sleep(settings.client_delays[int(client)])
-            server.push(np.concatenate([update.delta, [update.weight, update.loss, update.client, based_on]]),
-                        version)
-        pull += 1
-    return pull
-
-
-def _evaluate(model, params, data):
-    """(loss, accuracy) of ``params`` on ``data`` (None, None without data; accuracy None for a regression)."""
-    if data is None:
-        return None, None
-    X, y = data
-    accuracy = float(np.mean(model.predict(params, X) == y)) if model.n_classes else None
-    return float(model.loss(params, X, y)), accuracy
-
-
-def _evaluate_clients(model, params, local, comm):
-    """(loss, accuracy) of ``params`` over every client's rows, summed in client order (collective)."""
-    mine = [(k, model.loss(params, X, y) * y.shape[0],
-             int(np.count_nonzero(model.predict(params, X) == y)) if model.n_classes else 0, y.shape[0])
-            for k, (X, y) in local.items()]
-    rows = sorted(row for part in comm.allgather(mine) for row in part)
-    total = sum(row[3] for row in rows)
-    loss = math.fsum(row[1] for row in rows) / total
-    return float(loss), (sum(row[2] for row in rows) / total if model.n_classes else None)
+def run_fedbuff(model, clients, comm=None, *, buffer_size=10, server_steps=10, server_lr=1.0, staleness="polynomial",
+                staleness_exponent=0.5, concurrency=1, **settings):
+    """FedBuff under its older name: ``run_federated(model, clients, "fedbuff", comm, rounds=server_steps,
+    strategy_options={buffer_size, server_lr, staleness, staleness_exponent, concurrency}, **settings)``."""
+    from .runner import run_federated
+    options = {"buffer_size": buffer_size, "server_lr": server_lr, "staleness": staleness,
+               "staleness_exponent": staleness_exponent, "concurrency": concurrency}
+    return run_federated(model, clients, "fedbuff", comm, strategy_options=options, rounds=server_steps, **settings)

@@ -57,6 +57,8 @@ from ..core.random import random_stream
 from ..core.registry import RegistryError, lookup, options_problem
 from ..core.signals import SignalFlags
 from ..compression import get_compressor
+from .asynchronous import LOG_COLUMNS as ASYNC_LOG_COLUMNS
+from .asynchronous import AsyncFederation, asynchronous_problem
 from .attacks import byzantine_clients, forge_updates, get_attack
 from .client import ClientStates, clients_digest, data_problem, local_clients, train_client
 from .hooks import Hook
@@ -100,10 +102,20 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     strategy, problem = _strategy(strategy, strategy_options)
     hooks, hooks_problem = _hooks(hooks)
     problem = problem or hooks_problem
-    local, problem = local_clients(model, clients, range(comm.rank, len(clients), comm.size), problem)
-    problem = problem or data_problem(model, test_data, params)
+    asynchronous = getattr(strategy, "asynchronous", False)
+    if asynchronous:  # rank 0 serves; client k lives on worker 1 + k % (p - 1)
+        problem = problem or (None if comm.size >= 2 else asynchronous_problem(strategy, None, (), comm.size))
+        owned = range(comm.rank - 1, len(clients), comm.size - 1) if comm.rank else ()
+    else:
+        owned = range(comm.rank, len(clients), comm.size)
+    local, problem = local_clients(model, clients, owned, problem)
+    problem = problem or data_problem(model, test_data, params) or _delays_problem(settings, len(clients))
     options = FederatedSettings.collective(comm, problem, agree={
         "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
+    if asynchronous:
+        check_collectively(comm, asynchronous_problem(strategy, options, hooks, comm.size))
+        return _run_asynchronous(model, len(clients), local, strategy, options, comm, params, test_data,
+                                 log_stream, start)
     check_collectively(comm, _hooks_problem(hooks, strategy, len(clients), options))
     attack, problem = _built("attack", options.attack, attack_options, get_attack)
     compressor, compressor_problem = _built("compressor", options.compressor, compressor_options, get_compressor)
@@ -117,6 +129,27 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
         return federation.run(start)
     finally:
         federation.close()
+
+
+def _delays_problem(settings, n_clients):
+    """A ``client_delays`` list of the wrong length (a list becomes a tuple, as the settings keep it), or None."""
+    delays = settings.get("client_delays")
+    if isinstance(delays, list):
+        settings["client_delays"] = delays = tuple(delays)
+    if isinstance(delays, tuple) and len(delays) != n_clients:
+        return f"client_delays has {len(delays)} entries for {n_clients} clients"
+    return None
+
+
+def _run_asynchronous(model, n_clients, local, strategy, settings, comm, params, test_data, log_stream, start):
+    """An asynchronous strategy's run (:mod:`.asynchronous`)."""
+    params = model.init_params(settings.seed) if params is None else np.array(params, dtype=np.float64)
+    run = AsyncFederation(model, n_clients, local, strategy, settings, comm, params, test_data,
+                          IterationLog(settings.verbose and comm.rank == 0, ASYNC_LOG_COLUMNS, stream=log_stream))
+    try:
+        return run.run(start)
+    finally:
+        run.comm.Free()
 
 
 def _strategy(strategy, options):

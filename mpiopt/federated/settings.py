@@ -41,7 +41,8 @@ class FederatedSettings(Settings):
     choices = {"client_sampling": CLIENT_SAMPLINGS, "reducer": lambda: list(REDUCERS), "attack": _names("attack"),
                "compressor": _names("compressor"), "uplink_feedback": UPLINK_FEEDBACKS}
 
-    rounds: int = 10               # communication rounds (counted from the first run when resumed)
+    rounds: int = 10               # communication rounds (counted from the first run when resumed); the server's
+                                   # steps for an asynchronous strategy (FedBuff, FedAsync)
     fraction: float = 0.1          # C: the share of the K clients sampled each round
     client_sampling: str = "fixed"  # "fixed": max(1, round(C K)) of the K; "poisson": each client with probability C
                                    # (DP-FedAvg's accounting: Poisson, add or remove one client; use it with DP)
@@ -60,6 +61,8 @@ class FederatedSettings(Settings):
     uplink_feedback: str = "auto"  # compressed uploads: "ef" (error feedback), "ef21", "none", or "auto" (ef for
                                    # the biased compressors, none for the unbiased)
     reducer: str = "mpi"           # a registered reducer name or a Reducer: moves the client updates
+    client_delays: tuple = None    # seconds client k sleeps after training (emulated slow devices); None: 0
+    idle_timeout: float = None     # asynchronous strategies: the server gives up after this many silent seconds
     eval_every: int = 1            # rounds between test evaluations (and the last round)
     checkpoint: str = None         # npz path, written at round boundaries; resumed from when it exists
     checkpoint_every: int = 0      # rounds between checkpoints (0: at the end and on SIGUSR1/SIGTERM only)
@@ -88,6 +91,11 @@ class FederatedSettings(Settings):
              f"uplink_feedback must be one of {', '.join(UPLINK_FEEDBACKS)}, got {self.uplink_feedback!r}"),
             (isinstance(self.reducer, Reducer) or self.reducer in REDUCERS,
              lambda: f"reducer must be one of {', '.join(REDUCERS)} or a Reducer, got {self.reducer!r}"),
+            (self.client_delays is None or (isinstance(self.client_delays, tuple)
+                                            and all(number(d) and d >= 0 for d in self.client_delays)),
+             f"client_delays must be None or a sequence of seconds >= 0, got {self.client_delays!r}"),
+            (self.idle_timeout is None or (number(self.idle_timeout) and self.idle_timeout > 0),
+             f"idle_timeout must be None or a number > 0, got {self.idle_timeout!r}"),
             (integer(self.eval_every) and self.eval_every >= 1,
              f"eval_every must be an integer >= 1, got {self.eval_every!r}"),
             *checkpoint_and_log_checks(self),

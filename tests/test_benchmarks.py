@@ -26,6 +26,8 @@ CASES = [
      "mlp 64-16-16-10"),
     ("federated.py", ["--quick", "--rounds", "2", "--clients", "20", "--hidden", "8", "--fedprox-rounds", "1",
                       "--fedprox-epochs", "1", "--loss-every", "1"], "FedAvg against FedSGD on digits"),
+    ("federated.py", ["--part", "niid", "--seeds", "1", "--niid-rounds", "1", "--niid-epochs", "1",
+                      "--byzantine-rounds", "1"], "A NIID-Bench-style study"),
     ("async_sgd.py", ["--quick"], "Heterogeneous-worker SGD on the worst-case quadratic"),
 ]
 

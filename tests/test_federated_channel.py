@@ -301,3 +301,38 @@ def test_a_strategy_whose_update_misses_a_declared_upload_is_a_failed_client(com
     assert result.history["failed"] == [N_CLIENTS]
     assert result.history["failures"][0][0]["error"] == (
         "ValueError: test_counting: the update of client 0 lacks the declared echo, marker")
+
+
+# -- the user's stateful strategy of docs/extending.md, run as written ----------------------------------------
+def extending_example():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "extending.md").read_text()
+    section = text[text.index("## Adding a federated strategy"):]
+    code = section[section.index("```python") + len("```python"):]
+    code = code[:code.index("```")]
+    namespace = {"__name__": "my_strategies"}
+    from mpiopt.core import registry
+    if "drift_corrected" in registry.names("strategy"):
+        return registry.lookup("strategy", "drift_corrected")
+    exec(compile(code, "docs/extending.md", "exec"), namespace)
+    return namespace["DriftCorrected"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_the_documented_stateful_strategy_runs_resumes_and_is_the_same_at_any_rank_count(comm, tmp_path):
+    strategy_class = extending_example()
+    path = comm.bcast(str(tmp_path), root=0) + "/drift.npz"
+    options = full_batch(rounds=6, dropout=0.2, strategy_options={"beta": 0.3})
+    whole = run_federated(model(), linear_clients(), "drift_corrected", comm, **options)
+    alone = run_federated(model(), linear_clients(), "drift_corrected", MPI.COMM_SELF, **options)
+    run_federated(model(), linear_clients(), "drift_corrected", comm, checkpoint=path, **dict(options, rounds=2))
+    resumed = run_federated(model(), linear_clients(), "drift_corrected", comm, checkpoint=path, **options)
+    assert np.array_equal(whole.params, alone.params) and np.array_equal(resumed.params, whole.params)
+    plain = run_federated(model(), linear_clients(), "fedavg", comm, **full_batch(rounds=6, dropout=0.2))
+    assert not np.array_equal(whole.params, plain.params)
+    assert strategy_class.uploads_state
+    with pytest.raises(CollectiveError, match="uploads per-client state in the clear"):
+        from mpiopt.federated import SecureAggregationHook
+        run_federated(model(), linear_clients(), "drift_corrected", comm, hooks=[SecureAggregationHook(1)],
+                      rounds=1)

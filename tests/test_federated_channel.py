@@ -336,3 +336,22 @@ def test_the_documented_stateful_strategy_runs_resumes_and_is_the_same_at_any_ra
         from mpiopt.federated import SecureAggregationHook
         run_federated(model(), linear_clients(), "drift_corrected", comm, hooks=[SecureAggregationHook(1)],
                       rounds=1)
+
+
+def test_a_strategy_written_for_the_closed_channel_is_refused_with_the_new_signature():
+    class OldStyle(Strategy):
+        def local_gradient(self, grad, params, global_params):
+            return grad
+
+    with pytest.raises(CollectiveError, match=r"the third argument is now the client's ClientRound ctx"):
+        run_federated(model(), linear_clients(), OldStyle(), MPI.COMM_SELF, rounds=1)
+
+
+def test_the_round_log_counts_stragglers_byzantine_clients_and_both_directions():
+    import io
+    stream = io.StringIO()
+    run_federated(model(), linear_clients(), "fedavg", MPI.COMM_SELF, verbose=True, log_stream=stream,
+                  **full_batch(rounds=2, fraction=1.0, stragglers=0.5, byzantine=0.25))
+    header = [line for line in stream.getvalue().splitlines() if "round" in line and "MB up" in line][0]
+    assert header.split() == ["round", "clients", "dropped", "strag.", "failed", "byz.", "loss", "test", "acc",
+                              "MB", "up", "MB", "down", "time(s)"]

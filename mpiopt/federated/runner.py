@@ -44,6 +44,7 @@ trained).  Checkpoints are written at round boundaries.
 """
 import contextlib
 import dataclasses
+import inspect
 import time
 from collections.abc import Mapping
 
@@ -69,8 +70,9 @@ from .strategy import ClientRound, Layout, RunInfo, Strategy
 from .uplink import Uplink
 
 FORMAT = "mpiopt-federated-checkpoint-2"
-LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("failed", "6d"), ("loss", "14.6e"),
-               ("test acc", "8.4f"), ("MB sent", "9.3f"), ("time(s)", "9.3f"))
+LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("strag.", "6d"), ("failed", "6d"),
+               ("byz.", "4d"), ("loss", "14.6e"), ("test acc", "8.4f"), ("MB up", "9.3f"), ("MB down", "9.3f"),
+               ("time(s)", "9.3f"))
 
 
 def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_options=None, test_data=None,
@@ -156,8 +158,19 @@ def _strategy(strategy, options):
     """(the strategy, None) or (None, the one-line problem): a name's ``options`` are checked against its
     declaration (``registry.options("strategy", name)``) before it is built."""
     if isinstance(strategy, Strategy):
-        return strategy, ("strategy_options go with a strategy name, not a Strategy" if options else None)
-    return _built("strategy", strategy, options, get_strategy)
+        return strategy, ("strategy_options go with a strategy name, not a Strategy" if options else None) or \
+            _signature_problem(strategy)
+    built, problem = _built("strategy", strategy, options, get_strategy)
+    return built, problem or (_signature_problem(built) if built is not None else None)
+
+
+def _signature_problem(strategy):
+    """A strategy written for the closed channel (``local_gradient(grad, params, global_params)``), or None."""
+    parameters = list(inspect.signature(strategy.local_gradient).parameters)
+    if len(parameters) == 3 and parameters[2] == "global_params":
+        return (f"{type(strategy).__name__}.local_gradient(grad, params, global_params): the third argument is now "
+                "the client's ClientRound ctx (the model it received is ctx.global_params)")
+    return None
 
 
 def _built(kind, name, options, build):
@@ -371,10 +384,10 @@ class Federation:
         for column, value in values.items():
             self.history[column].append(value)
         if round + 1 == 1 or (round + 1) % s.log_every == 0 or last:
-            self.log.row(round + 1, values["participants"], values["dropped"], values["failed"],
-                         float("nan") if loss is None else loss,
+            self.log.row(round + 1, values["participants"], values["dropped"], values["stragglers"],
+                         values["failed"], len(report.byzantine), float("nan") if loss is None else loss,
                          float("nan") if test_accuracy is None else test_accuracy, report.bytes_sent / 1e6,
-                         values["time"], float("nan") if values["epsilon"] is None else values["epsilon"])
+                         report.bytes_received / 1e6, values["time"], float("nan") if values["epsilon"] is None else values["epsilon"])
         if note:
             self.log.note(f"round {round + 1}: {note}")
 
@@ -473,7 +486,9 @@ class Federation:
                 "strategy": self.strategy.name, "strategy_options": self.strategy.option_values(),
                 "keeps_stragglers": self.strategy.keeps_stragglers, "clients": self.n_clients, "client_rows": rows,
                 "placement": "client k on rank k % ranks", "reducer": self.reducer.name, "sampling": self.sampling(),
-                "settings": self.settings.as_dict(), "resumed_at": resumed_at}
+                "settings": self.settings.as_dict(), "resumed_at": resumed_at,
+                "byzantine_clients": sorted(self.byzantine), "flags": {
+                    flag: getattr(self.strategy, flag) for flag in ("averages", "uploads_state", "asynchronous")}}
 
     def sampling(self):
         """How each round's clients are drawn, in words (the banner and ``info``)."""
@@ -504,6 +519,10 @@ def banner_lines(info, settings, setup):
             f"rounds:    {settings.rounds}, fraction {settings.fraction} ({info['sampling']}), "
             f"E={settings.local_epochs}, B={settings.batch_size}, lr={settings.lr}; dropout {settings.dropout}, "
             f"stragglers {settings.stragglers}",
+            *([f"uploads:   compressed by {settings.compressor}, feedback {settings.uplink_feedback}"]
+              if settings.compressor != "none" else []),
+            *([f"byzantine: {len(info['byzantine_clients'])} clients ({settings.byzantine:g} of K), attack "
+               f"{settings.attack}"] if settings.byzantine else []),
             f"setup:     {setup:.3f} s" + (f"; resumed at round {info['resumed_at']}" if info["resumed_at"] else "")]
 
 

@@ -355,3 +355,14 @@ def test_the_round_log_counts_stragglers_byzantine_clients_and_both_directions()
     header = [line for line in stream.getvalue().splitlines() if "round" in line and "MB up" in line][0]
     assert header.split() == ["round", "clients", "dropped", "strag.", "failed", "byz.", "loss", "test", "acc",
                               "MB", "up", "MB", "down", "time(s)"]
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_checkpoint_of_other_uploads_or_attackers_is_refused(comm, tmp_path):
+    path = comm.bcast(str(tmp_path), root=0) + "/other.npz"
+    options = full_batch(rounds=2, compressor="topk", compressor_options={"k": 2})
+    run_federated(model(), linear_clients(), "fedavg", comm, checkpoint=path, **options)
+    for changed in ({"compressor_options": {"k": 3}}, {"uplink_feedback": "ef21"}, {"byzantine": 0.25}):
+        with pytest.raises(CollectiveError, match="belongs to another problem"):
+            run_federated(model(), linear_clients(), "fedavg", comm, checkpoint=path, **dict(options, **changed))

@@ -416,9 +416,13 @@ class Federation:
         s = self.settings
         return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
                 "data": clients_digest(self.local), "strategy": repr(self.strategy),
+                "attack": repr(self.attack) if s.byzantine else None,
+                "uplink": None if self.uplink is None else {"compressor": s.compressor,
+                                                            "options": self.uplink.compressor.settings(),
+                                                            "feedback": self.uplink.feedback},
                 **{name: getattr(s, name) for name in ("fraction", "client_sampling", "local_epochs", "batch_size",
                                                        "lr", "momentum", "seed", "dropout", "stragglers",
-                                                       "tolerate_failures")}}
+                                                       "tolerate_failures", "byzantine")}}
 
     def use_checkpoint(self, path):
         self.checkpointer = Checkpointer(path, self.comm, self.fingerprint(), FORMAT, "federated")

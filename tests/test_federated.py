@@ -426,6 +426,8 @@ def test_result_writes_json_and_csv(tmp_path):
     assert payload["history"]["test_accuracy"][0] is None and payload["history"]["test_accuracy"][1] is not None
     rows = list(csv.DictReader(open(tmp_path / "fed.csv")))
     assert [row["round"] for row in rows] == ["1", "2", "3"] and float(rows[2]["bytes_sent"]) > 0
+    assert [[int(k) for k in row["sampled_clients"].split()] for row in rows] == result.history["sampled_clients"]
+    assert all(row["byzantine_clients"] == "" for row in rows)
 
 
 def test_require_plotting_says_how_to_install_matplotlib_before_any_round(monkeypatch, tmp_path):

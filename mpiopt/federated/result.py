@@ -36,13 +36,16 @@ class FederatedResult(Result):
         return f"FederatedResult(status={self.status}, rounds={self.rounds}, loss={self.loss:.8g}{accuracy})"
 
     def to_csv(self, path):
-        """One row per round of the scalar history columns (and the failures as 'client: error; ...'), atomically."""
+        """One row per round of the scalar history columns, the lists of clients (space-separated ids) and the
+        failures ('client: error; ...'), written atomically."""
         buffer = io.StringIO()
         writer = csv.writer(buffer)
-        writer.writerow(SCALAR_COLUMNS + ("failures", "note"))
+        lists = [column for column in LIST_COLUMNS if column in self.history]
+        writer.writerow(SCALAR_COLUMNS + tuple(lists) + ("failures", "note"))
         for index in range(len(self.history["round"])):
             failures = "; ".join(f"{f['client']}: {f['error']}" for f in self.history["failures"][index])
             writer.writerow([_cell(self.history[column][index]) for column in SCALAR_COLUMNS]
+                            + [" ".join(str(k) for k in self.history[column][index]) for column in lists]
                             + [failures, self.history["note"][index] or ""])
         write_atomic(path, buffer.getvalue())
 

@@ -37,6 +37,8 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from mpiopt.federated import Hook
+
 SITES = (("A: referral centre", 0.70, 200), ("B: screening clinic", 0.10, 250), ("C: general hospital", 0.45, 119))
 LAM = 1e-2          # the L2 weight of the mean-loss objective above
 TEST_FRACTION = 0.25
@@ -95,7 +97,7 @@ def admm(site, comm, drop=False):
     return result.x, {"seconds": time.perf_counter() - start, "rounds": result.iterations}
 
 
-class SiteOutage:
+class SiteOutage(Hook):
     """A hook that makes one site fail in every other round (its update never arrives); the run tolerates it."""
 
     def __init__(self, site):

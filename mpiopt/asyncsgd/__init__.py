@@ -25,6 +25,7 @@ the formulas, the tables and the plots.
 """
 import time as clock
 
+import numpy as np
 from mpi4py import MPI
 
 from ..core.comm import CollectiveError, check_collectively, quiet_barrier, resolve_comm
@@ -41,6 +42,7 @@ from .settings import RUNTIMES, AsyncSGDSettings, route_method_options
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
 from .theory import default_batch, default_step_size, predicted_times
+from .timing import LinkTimes, Timing
 
 DEFAULT_SIMULATED_WORKERS = 8
 
@@ -73,10 +75,10 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     started = clock.perf_counter()
     settings, routing_problem = route_method_options(settings, method_options)
     options = AsyncSGDSettings.collective(comm, routing_problem, tau_options=tau_options, **settings)
-    problem_error = tau_model = None
+    problem_error = timing = None
     try:
         problem = get_problem(problem, seed=options.seed, comm=comm, **(problem_options or {}))
-        tau_model = get_tau_model(options.tau, **(options.tau_options or {}))
+        compute = get_tau_model(options.tau, **(options.tau_options or {}))
         problem_error = problem.data_problem()  # NaN or inf in this rank's data: refused on every rank
     except (ValueError, TypeError, KeyError, ImportError) as error:
         problem_error = f"cannot set up the problem: {error}"
@@ -86,30 +88,45 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
             problem_error = "the mpi runtime needs at least 2 ranks (a server and a worker)"
         elif options.n_workers not in (None, workers):
             problem_error = f"n_workers={options.n_workers} but there are {workers} worker ranks (ranks - 1)"
+    if problem_error is None:
+        try:
+            timing = make_timing(options, compute, comm.size - 1 if options.runtime == "mpi" else
+                                 options.n_workers or DEFAULT_SIMULATED_WORKERS, problem.dim)
+        except (ValueError, TypeError, KeyError) as error:
+            problem_error = f"cannot set up the workers' times: {error}"
     check_collectively(comm, problem_error)
     if options.runtime == "mpi":
         from .mpi import run_mpi
-        return run_mpi(problem, tau_model, options, comm, started, log_stream)
-    return _simulate_on_root(problem, tau_model, options, comm, started, log_stream)
+        return run_mpi(problem, timing, options, comm, started, log_stream)
+    return _simulate_on_root(problem, timing, options, comm, started, log_stream)
 
 
-def _simulate_on_root(problem, tau_model, options, comm, started, log_stream=None, root=0):
-    n_workers = options.n_workers or DEFAULT_SIMULATED_WORKERS
+def make_timing(options, compute, n_workers, dim):
+    """The workers' :class:`.timing.Timing` from the settings: ``compute`` (a compute-time model), upload and
+    download times."""
+    compute.mean(np.arange(1, n_workers + 1))  # explicit times for fewer workers are refused here
+    links = {name: None if getattr(options, name) is None else
+             LinkTimes(getattr(options, name), getattr(options, name + "_scale")) for name in ("upload", "download")}
+    return Timing(compute, n_workers, dim, **links)
+
+
+def _simulate_on_root(problem, timing, options, comm, started, log_stream=None, root=0):
+    n_workers = timing.n_workers
     result = error = None
     if comm.rank == root:
         try:
-            method, recorder, predicted = prepare(problem, tau_model, options, n_workers, log_stream)
+            method, recorder, predicted = prepare(problem, timing, options, log_stream)
             checkpoint = None if options.checkpoint is None else Checkpoint(
-                options, MPI.COMM_SELF, problem, method, tau_model, n_workers, recorder.epsilon)
-            recorder.banner("simulator", n_workers, tau_model, predicted)
+                options, MPI.COMM_SELF, problem, method, timing, n_workers, recorder.epsilon)
+            recorder.banner("simulator", n_workers, timing, predicted)
             try:
-                end, gradients, computed, cancelled = simulate(problem, method, tau_model, options, recorder,
+                end, gradients, computed, cancelled = simulate(problem, method, timing, options, recorder,
                                                                checkpoint)
             finally:
                 if checkpoint is not None:
                     checkpoint.close()
             extra = None if checkpoint is None else {"resumed_at": checkpoint.resumed_at}
-            result = make_result(recorder, "simulator", n_workers, tau_model, options, predicted, end, gradients,
+            result = make_result(recorder, "simulator", timing, options, predicted, end, gradients,
                                  computed, cancelled, started, extra)
             recorder.footer(result)
         except CollectiveError as failure:  # a checkpoint that cannot be written or read: its own words

@@ -12,6 +12,13 @@ which workers must now start computing at its current point:
   cancelled (the arriving worker, and Ringmaster's stopped workers);
 * ``ALL``: every worker restarts (a synchronous step, Rennala's restart).
 
+What a started worker does is the method's :meth:`Method.job` for it: the
+default job (one gradient at ``x``, sent densely), or a richer
+:class:`.jobs.Job` (b gradients summed, uploaded as m compressed messages,
+under a time budget) for a method with ``uses_jobs = True``; None leaves the
+worker idle (Shadowheart's workers that the equilibrium time leaves out).
+Then ``arrive`` gets what the job sends, as one dense vector.
+
 ``start()`` gives the first assignment (``ALL``).  The runtime counts what the
 workers compute and what is cancelled; the method counts what it accepts and
 discards.  ``x`` is never changed in place: each step makes a new array, so a
@@ -21,7 +28,10 @@ A method declares the options it takes beyond the step size (``options =
 Options(Option(...))``, mpiopt.core.options) and builds itself from them
 (:meth:`Method.build`): the declared defaults fill what is not given, and the
 method's own ``theory_options`` and ``default_step_size`` turn an option left
-at None into the theory's value (Rennala's B, Ringmaster's R).  A method of a
+at None into the theory's value (Rennala's B, Ringmaster's R), and
+``timing_options`` adds what the workers' timing model gives (Shadowheart's
+equilibrium time).  ``predicted(problem, timing, epsilon)`` gives the
+method's own predicted times when :mod:`.theory`'s table has none.  A method of a
 user's, registered as ``register("asyncsgd-method", name, cls)``, works the
 same way: its ``__init__(x0, n_workers, step_size, **options)`` is given its
 declared options, and the step size of Asynchronous SGD's theory by default.
@@ -30,6 +40,7 @@ import numpy as np
 
 from ..core.options import NO_OPTIONS
 from . import theory
+from .jobs import PLAIN
 
 ALL = "all"
 
@@ -39,6 +50,7 @@ class Method:
 
     name = "method"
     options = NO_OPTIONS  # the declared options beyond the step size (a subclass declares its own)
+    uses_jobs = False     # True: ``job(worker)`` gives each started worker its own Job
 
     @classmethod
     def owner(cls):
@@ -68,7 +80,13 @@ class Method:
         return theory.default_step_size("asgd", n_workers, problem.L, problem.sigma2, epsilon)
 
     @classmethod
-    def build(cls, problem, n_workers, epsilon, step_size=None, options=None):
+    def timing_options(cls, values, problem, epsilon, timing):
+        """The keywords of ``__init__`` after :meth:`theory_options`, with what the workers' timing model
+        (:class:`.timing.Timing`, or None) gives; unchanged by default."""
+        return values
+
+    @classmethod
+    def build(cls, problem, n_workers, epsilon, step_size=None, options=None, timing=None):
         """The method at ``problem.x0()`` from its declared ``options`` (defaults filled in), with the theory's
         parameters where none are given; ValueError with the one-line problem of a bad option."""
         values = dict(options or {})
@@ -76,8 +94,17 @@ class Method:
         if message:
             raise ValueError(message)
         values = cls.theory_options({**cls.options.defaults(), **values}, problem, epsilon)
+        values = cls.timing_options(values, problem, epsilon, timing)
         gamma = step_size or cls.default_step_size(problem, n_workers, epsilon, values)
         return cls(problem.x0(), n_workers, gamma, **values)
+
+    def predicted(self, problem, timing, epsilon):
+        """This method's predicted times (a dict by name, constants dropped) beyond :mod:`.theory`'s."""
+        return {}
+
+    def job(self, worker):
+        """The job of ``worker`` when it is (re)started now: a :class:`.jobs.Job`, or None to leave it idle."""
+        return PLAIN
 
     def __init__(self, x0, n_workers, step_size):
         self.x = np.array(x0, dtype=np.float64)

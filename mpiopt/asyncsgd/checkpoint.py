@@ -32,6 +32,7 @@ import numpy as np
 
 from ..core.checkpoint import Checkpointer
 from ..core.signals import SignalFlags
+from .jobs import Job
 from .settings import inf_as_text
 from .simulator import ALL_WORKERS
 
@@ -75,11 +76,13 @@ class Checkpoint(_Requests):
     """The checkpoints of one simulated run at ``settings.checkpoint`` (on the simulating rank, ``comm``
     a communicator of that rank alone)."""
 
-    def __init__(self, settings, comm, problem, method, tau_model, n_workers, epsilon):
+    def __init__(self, settings, comm, problem, method, timing, n_workers, epsilon):
         fingerprint = {"problem": problem.info(), "method": method.name,
                        "parameters": inf_as_text(method.parameters()), "n_workers": n_workers,
-                       "tau": tau_model.describe(), "seed": settings.seed, "epsilon": epsilon,
+                       "tau": timing.compute.describe(), "seed": settings.seed, "epsilon": epsilon,
                        "eval_every": settings.eval_every}
+        if timing.communicates:  # files of runs without communication keep their fingerprint
+            fingerprint["timing"] = timing.describe()
         self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, FORMAT, "async-sgd")
         super().__init__(settings)  # the handlers last: a file that cannot be written leaves none installed
 
@@ -141,6 +144,11 @@ def _state(simulation, recorder):
                   noise=np.stack([_encode(stream) for stream in simulation.noise]))
     if simulation.tau_rng is not None:
         arrays["tau_stream"] = _encode(simulation.tau_rng)
+    if simulation.method.uses_jobs:  # each busy worker's job (b, m, K, budget or NaN)
+        busy = sorted(simulation.jobs)
+        arrays["job_workers"] = np.array(busy, dtype=np.int64)
+        arrays["job_values"] = np.array([simulation.jobs[w].as_header() for w in busy], dtype=np.float64
+                                        ).reshape(len(busy), 4)
     meta.update(now=list(simulation.now), gradients=simulation.gradients, common_step=simulation.common[1],
                 common_none=simulation.common[0] is None)
     return arrays, meta
@@ -162,6 +170,10 @@ def _load(simulation, recorder, arrays, meta):
         _decode(stream, words)
     if simulation.tau_rng is not None:
         _decode(simulation.tau_rng, arrays["tau_stream"])
+    if simulation.method.uses_jobs:
+        simulation.jobs.clear()
+        simulation.jobs.update({int(w): Job.from_header(values) for w, values in zip(arrays["job_workers"],
+                                                                                    arrays["job_values"])})
 def _queue_state(queue):
     """(arrays, meta) of an :class:`~.simulator.EventQueue` (its fixed times are rebuilt from the run)."""
     arrays = {"job": queue.job, "busy": queue.busy, "low": queue.low,

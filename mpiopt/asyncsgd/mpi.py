@@ -9,13 +9,18 @@ the parameter server does (``next_message``: probes, then sleeps of up to 1 ms),
 so idle ranks do not burn the cores that busy ones need.
 
 Messages (tags ASGD_* in mpiopt.collectives.tags, on a private duplicate of the
-communicator): JOB [job, step, x] server -> worker, which cancels whatever the
-worker was computing; GRAD [job, step, g] worker -> server, ignored when the
-job has since been cancelled; STOP server -> worker; DONE worker -> server;
+communicator): JOB [job, step, b, m, K, budget, x] server -> worker (the
+:class:`.jobs.Job` and its point), which cancels whatever the worker was
+computing; GRAD [job, step, what the job sends] worker -> server (a gradient,
+a sum of b, or the m K values of its Random-K messages, which the server
+decodes with indices of its own: :mod:`.jobs`), ignored when the job has
+since been cancelled; STOP server -> worker; DONE worker -> server;
 ERROR worker -> server (the failure's text).
 
-A worker with fixed or random compute times draws tau for the job (from
-``random_stream(seed, "asyncsgd-tau", worker)``), sleeps ``tau * time_unit``
+A worker with fixed or random compute times prices the job with the timing
+model (:mod:`.timing`: its compute times drawn from
+``random_stream(seed, "asyncsgd-tau", worker)``, plus its download and upload
+times when given), sleeps ``tau * time_unit``
 seconds in slices of at most POLL seconds while probing for a newer JOB or a
 STOP, then computes the gradient (drawing its noise from
 ``random_stream(seed, "asyncsgd-gradient", worker)``, as the simulator does)
@@ -43,28 +48,31 @@ from ..collectives.async_server import next_message
 from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_STOP
 from ..core.comm import check_collectively
 from ..core.random import random_stream
+from . import jobs as job_results
 from .base import ALL
 from .checkpoint import MPICheckpoint
+from .jobs import PLAIN, Job
 from .runner import make_result, prepare
 from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
+JOB_HEADER = HEADER + 4  # and the job: b, m, K, budget (NaN: none)
 NOTHING = np.empty(0, dtype=np.uint8)
 
 
-def run_mpi(problem, tau_model, settings, comm, started, log_stream=None):
+def run_mpi(problem, timing, settings, comm, started, log_stream=None):
     """Run the method of ``settings`` on ``comm`` (rank 0 serves, its log to ``log_stream``); every rank
     returns the same result."""
     comm = comm.Dup()
     try:
         saved = None if settings.checkpoint is None else MPICheckpoint(settings, comm, _fingerprint(
-            problem, tau_model, settings, comm))
+            problem, timing, settings, comm))
         try:
             if comm.rank == 0:
-                result, error = _serve(comm, problem, tau_model, settings, started, log_stream, saved)
+                result, error = _serve(comm, problem, timing, settings, started, log_stream, saved)
             else:
-                result, error = None, _worker_sessions(comm, problem, tau_model, settings, comm.rank - 1, saved)
+                result, error = None, _worker_sessions(comm, problem, timing, settings, comm.rank - 1, saved)
         finally:
             if saved is not None:
                 saved.close()
@@ -74,19 +82,23 @@ def run_mpi(problem, tau_model, settings, comm, started, log_stream=None):
         comm.Free()
 
 
-def _fingerprint(problem, tau_model, settings, comm):
+def _fingerprint(problem, timing, settings, comm):
     """What a checkpoint of this run must match: the server's problem and method, a worker's number."""
     if comm.rank:
         return {"worker": comm.rank - 1}
-    return {"problem": problem.info(), "method": settings.method,
-            "method_options": inf_as_text(settings.method_values()), "step_size": settings.step_size, "epsilon": settings.epsilon, "n_workers": comm.size - 1,
-            "tau": tau_model.describe(), "seed": settings.seed, "eval_every": settings.eval_every,
-            "time_unit": settings.time_unit}
+    fingerprint = {"problem": problem.info(), "method": settings.method,
+                   "method_options": inf_as_text(settings.method_values()), "step_size": settings.step_size,
+                   "epsilon": settings.epsilon, "n_workers": comm.size - 1, "tau": timing.compute.describe(),
+                   "seed": settings.seed, "eval_every": settings.eval_every, "time_unit": settings.time_unit}
+    if timing.communicates:
+        fingerprint["timing"] = timing.describe()
+    return fingerprint
 
 
-def _pack(job, step, vector):
-    buffer = np.empty(HEADER + vector.size)
-    buffer[0], buffer[1], buffer[HEADER:] = job, step, vector
+def _pack(job, step, vector, header=()):
+    start = HEADER + len(header)
+    buffer = np.empty(start + vector.size)
+    buffer[0], buffer[1], buffer[HEADER:start], buffer[start:] = job, step, header, vector
     return buffer
 
 
@@ -106,12 +118,12 @@ class _Sends:
         self.pending = []
 
 
-def _serve(comm, problem, tau_model, settings, started, log_stream=None, saved=None):
+def _serve(comm, problem, timing, settings, started, log_stream=None, saved=None):
     """The server's run: (the result, None), or (None, the error that every rank raises)."""
     n, sends = comm.size - 1, _Sends()
     try:
-        method, recorder, predicted = prepare(problem, tau_model, settings, n, log_stream)
-        recorder.banner("mpi", n, tau_model, predicted)
+        method, recorder, predicted = prepare(problem, timing, settings, log_stream)
+        recorder.banner("mpi", n, timing, predicted)
     except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
         comm.bcast(False, root=0)  # the workers return at once
         return None, f"the server failed: {type(failure).__name__}: {failure}"
@@ -141,7 +153,7 @@ def _serve(comm, problem, tau_model, settings, started, log_stream=None, saved=N
     extra = {"wall_seconds": end * unit, "time_unit": unit}
     if saved is not None:
         extra["resumed_at"] = saved.resumed_at
-    result = make_result(recorder, "mpi", n, tau_model, settings, predicted, end, server.gradients,
+    result = make_result(recorder, "mpi", timing, settings, predicted, end, server.gradients,
                          server.computed, server.cancelled, started, extra)
     recorder.footer(result)
     return result, None
@@ -162,8 +174,10 @@ class _Server:
         self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.gradients, self.status = 0, MPI.Status()
         self.received = np.empty(HEADER + dim)  # a GRAD: job, step, gradient
+        self.dim, self.seed = dim, settings.seed
         self.origin = MPI.Wtime()
         self.points = {}        # worker -> (step, point) of its current job (a checkpoint restarts them)
+        self.job_of = {}        # worker -> its current Job (a method's own jobs)
         self.paused = None      # "checkpoint" or "stop": the session ends for a checkpoint
         self.started = False    # the method's first assignment is made
 
@@ -180,21 +194,28 @@ class _Server:
         """Send a JOB at the method's point to each worker of ``plan`` (``ALL``: every one), cancelling its job."""
         method = self.method
         for worker in (range(self.jobs.size) if plan is ALL else plan):
+            job = method.job(worker) if method.uses_jobs else PLAIN
             if self.busy[worker]:
                 self.cancelled[worker] += 1
-            self.send_job(worker, method.k, method.x)
+            if job is None:  # idle: a newer job number makes whatever it sends stale
+                self.jobs[worker] += 1
+                self.busy[worker] = False
+                self.points.pop(worker, None)
+                continue
+            self.send_job(worker, method.k, method.x, job)
 
-    def send_job(self, worker, k, x):
-        """A new job for ``worker``: the gradient at ``x`` (step ``k``); whatever it computed is cancelled."""
+    def send_job(self, worker, k, x, job=PLAIN):
+        """A new ``job`` for ``worker`` at ``x`` (step ``k``); whatever it computed is cancelled."""
         self.jobs[worker] += 1
         self.busy[worker] = True
         self.points[worker] = (k, x)
-        self.sends.send(self.comm, _pack(self.jobs[worker], k, x), worker + 1, ASGD_JOB)
+        self.job_of[worker] = job
+        self.sends.send(self.comm, _pack(self.jobs[worker], k, x, job.as_header()), worker + 1, ASGD_JOB)
 
     def restart_jobs(self):
         """A new session: every worker that was computing starts its job again, at the job's point."""
         for worker in np.flatnonzero(self.busy):
-            self.send_job(worker, *self.points[worker])
+            self.send_job(worker, *self.points[worker], self.job_of.get(worker, PLAIN))
 
     def resume_clock(self, at):
         """Start the clock again at ``at`` compute-time units (a checkpoint's time is not the run's)."""
@@ -226,9 +247,11 @@ class _Server:
                     recorder.time_ran_out()  # as in the simulator, nothing arriving after max_time is used
                     break
                 self.busy[worker] = False
-                self.computed[worker] += 1
-                self.gradients += 1
-                recorder.deliver(worker, self.received[HEADER:], k_at, time, self.gradients, self.assign)
+                job = self.job_of.get(worker, PLAIN)
+                received = job_results.receive(job, self.received[HEADER:], self.dim, worker, k_at, self.seed)
+                self.computed[worker] += job.gradients
+                self.gradients += job.gradients
+                recorder.deliver(worker, received, k_at, time, self.gradients, self.assign)
         except _RunFailed as failure:
             return str(failure)
         except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
@@ -255,6 +278,9 @@ class _Server:
             text = bytearray(status.Get_count(MPI.BYTE))
             message.Recv([text, MPI.BYTE])
             raise _RunFailed(f"worker {source - 1} (rank {source}) failed: {text.decode('utf-8', 'replace')}")
+        count = status.Get_count(MPI.DOUBLE)
+        if count != self.received.size:  # a job's compressed messages: m K values
+            self.received = np.empty(count)
         message.Recv(self.received)
         worker, job, k_at = source - 1, int(self.received[0]), int(self.received[1])
         if job != self.jobs[worker]:
@@ -294,7 +320,7 @@ def _wait_until(comm, status, deadline):
         clock.sleep(min(remaining, POLL))
 
 
-def _worker_sessions(comm, problem, tau_model, settings, worker, saved=None):
+def _worker_sessions(comm, problem, timing, settings, worker, saved=None):
     """A worker's run: sessions of :func:`_work` until the server says the run is over; between two, the
     checkpoint the server asked for (the worker's streams are its part).  Returns None."""
     streams = [random_stream(settings.seed, "asyncsgd-gradient", worker),
@@ -304,7 +330,7 @@ def _worker_sessions(comm, problem, tau_model, settings, worker, saved=None):
     if saved is not None:
         saved.resume_worker(streams)
     while True:
-        _work(comm, problem, tau_model, settings, worker, streams)
+        _work(comm, problem, timing, settings, worker, streams)
         decision = comm.bcast(None, root=0)
         if decision != "error" and saved is not None:
             saved.write_worker(streams)
@@ -312,12 +338,12 @@ def _worker_sessions(comm, problem, tau_model, settings, worker, saved=None):
             return None
 
 
-def _work(comm, problem, tau_model, settings, worker, streams):
+def _work(comm, problem, timing, settings, worker, streams):
     """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server)."""
     noise, tau_rng = streams
-    number, unit = np.array([worker + 1]), settings.time_unit
+    unit, seed = settings.time_unit, settings.seed
     status, sends = MPI.Status(), _Sends()
-    job = deadline = None
+    job = deadline = task = None
     failed = False
 
     def report(failure):  # once: the server then stops every worker and tells every rank
@@ -331,8 +357,8 @@ def _work(comm, problem, tau_model, settings, worker, streams):
         if message is None:  # the job's time is up: compute and send
             try:
                 if not failed:
-                    grad = problem.stochastic_grad(job[HEADER:], noise)
-                    sends.send(comm, _pack(job[0], job[1], grad), 0, ASGD_GRAD)
+                    sent = job_results.compute(problem, task, job[JOB_HEADER:], noise, worker, int(job[1]), seed)
+                    sends.send(comm, _pack(job[0], job[1], sent), 0, ASGD_GRAD)
             except Exception as failure:  # noqa: BLE001 - the server tells every rank
                 failed = report(failure)
             job = None
@@ -340,15 +366,15 @@ def _work(comm, problem, tau_model, settings, worker, streams):
         if status.Get_tag() == ASGD_STOP:
             message.Recv([NOTHING, MPI.BYTE])
             break
-        job = np.empty(HEADER + problem.dim)
+        job = np.empty(JOB_HEADER + problem.dim)
         message.Recv(job)
-        tau = 0.0
-        if not (tau_model.real or failed):
+        task, tau = Job.from_header(job[HEADER:JOB_HEADER]), 0.0
+        if not failed:
             try:
-                tau = float(tau_model.draw(number, tau_rng)[0])
+                tau = timing.job_time(worker + 1, task, tau_rng)
             except Exception as failure:  # noqa: BLE001 - a tau model failing on this worker only
                 failed = report(failure)
-        deadline = clock.monotonic() + tau * unit
+        deadline = clock.monotonic() + (tau * unit if tau < math.inf else 1e12)
     sends.wait()
     comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)
     return None

@@ -15,13 +15,16 @@ from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
+
+THEORY = ("minibatch", "asgd", "rennala", "ringmaster")  # the methods of theory.predicted_times
 from .settings import inf_as_text
 
 
-def build_method(settings, problem, n_workers, epsilon):
-    """The method of ``settings`` at ``problem.x0()``, built from its declared options (``Method.build``)."""
+def build_method(settings, problem, n_workers, epsilon, timing=None):
+    """The method of ``settings`` at ``problem.x0()``, built from its declared options and the workers'
+    timing model (``Method.build``)."""
     cls = lookup("asyncsgd-method", settings.method)
-    return cls.build(problem, n_workers, epsilon, settings.step_size, settings.method_values())
+    return cls.build(problem, n_workers, epsilon, settings.step_size, settings.method_values(), timing)
 
 
 class Recorder:
@@ -87,15 +90,16 @@ class Recorder:
         """The next event comes after ``max_time``: the run ends there, with nothing after it used."""
         self.stopped_by = "max_time"
 
-    def banner(self, runtime, n_workers, tau_model, predicted):
+    def banner(self, runtime, n_workers, timing, predicted):
         m = self.method
         lines = [f"problem: {self.problem.name}, d = {self.problem.dim}, L = {self.problem.L:.4g}, "
                  f"sigma^2 = {self.problem.sigma2:.4g}, epsilon = {self.epsilon:.4g}",
                  f"method: {m.name} {', '.join(f'{k} = {_fmt(v)}' for k, v in m.parameters().items())}",
-                 f"runtime: {runtime}, {n_workers} workers, compute times {tau_model.describe()}",
+                 f"runtime: {runtime}, {n_workers} workers, {timing.describe()}",
                  "predicted (constants dropped): " + ", ".join(
                      f"T_{k} = {predicted[k]:.4g}" for k in ("minibatch", "asgd", "rennala")) +
-                 f", m* = {predicted['m_star']}"]
+                 f", m* = {predicted['m_star']}" + "".join(
+                     f", T_{k} = {v:.4g}" for k, v in predicted.items() if k == m.name and k not in THEORY)]
         self.log.banner("mpiopt async-sgd", lines)
 
     def footer(self, result):
@@ -116,29 +120,36 @@ def worker_means(tau_model, n_workers):
     return tau_model.mean(np.arange(1, n_workers + 1))
 
 
-def predicted_for(problem, tau_model, n_workers, epsilon):
-    return theory.predicted_times(worker_means(tau_model, n_workers), problem.sigma2, epsilon, problem.L,
-                                  problem.Delta)
+def predicted_for(problem, timing, epsilon):
+    """The theory's table (:func:`.theory.predicted_times`) for the default job's times (each worker's mean
+    compute time, plus its dense round trip when communication costs)."""
+    return theory.predicted_times(worker_means(timing.plain_model(), timing.n_workers), problem.sigma2, epsilon,
+                                  problem.L, problem.Delta)
 
 
-def prepare(problem, tau_model, settings, n_workers, log_stream=None):
+def prepare(problem, timing, settings, log_stream=None):
     """(method, recorder, predicted times) of a run, on the rank that runs the method (its log to
-    ``log_stream``, None: stdout)."""
+    ``log_stream``, None: stdout): the theory's table and the method's own predictions."""
     epsilon = settings.epsilon or problem.default_epsilon()
-    method = build_method(settings, problem, n_workers, epsilon)
+    method = build_method(settings, problem, timing.n_workers, epsilon, timing)
     recorder = Recorder(problem, method, settings, epsilon, log_stream=log_stream)
-    return method, recorder, predicted_for(problem, tau_model, n_workers, epsilon)
+    predicted = predicted_for(problem, timing, epsilon)
+    predicted.update(method.predicted(problem, timing, epsilon))
+    return method, recorder, predicted
 
 
-def make_result(recorder, runtime, n_workers, tau_model, settings, predicted, end_time, gradients,
-                computed, cancelled, wall_started, extra_info=None):
+def make_result(recorder, runtime, timing, settings, predicted, end_time, gradients, computed, cancelled,
+                wall_started, extra_info=None):
     method, problem = recorder.method, recorder.problem
     workers = {"computed": np.asarray(computed).tolist(), "accepted": method.accepted.tolist(),
                "discarded": method.discarded.tolist(), "cancelled": np.asarray(cancelled).tolist()}
-    stop = recorder.stopped_by or "max_steps"
+    stop, n_workers, tau_model = recorder.stopped_by or "max_steps", timing.n_workers, timing.compute
     info = {"stop": stop, "method": method.name, "parameters": inf_as_text(method.parameters()),
             "runtime": runtime, "n_workers": n_workers, "tau": tau_model.describe(),
-            "tau_means": worker_means(tau_model, n_workers).tolist(), "epsilon": recorder.epsilon,
+            "tau_means": worker_means(tau_model, n_workers).tolist(), "timing": timing.describe(),
+            **{name: getattr(timing, name).tolist() for name in ("upload", "download")
+               if getattr(timing, name) is not None},
+            "epsilon": recorder.epsilon,
             "problem": problem.info(), "settings": settings.as_dict(), "workers": workers, **(extra_info or {})}
     if recorder.trace is not None:
         info["trace"] = recorder.trace

@@ -44,6 +44,10 @@ class AsyncSGDSettings(Settings):
     step_size: float = None        # gamma (None: the theory's, from L, sigma^2, epsilon and n)
     method_options: dict = None    # the method's declared options by name, e.g. {"batch": 8} (None: its defaults)
     tau_options: dict = None       # the compute-time model's declared options, e.g. {"sigma": 1.0} (tau a name)
+    upload: object = None          # upload time per coordinate: a fixed tau-model name or times (None: free)
+    upload_scale: float = 1.0      # the upload times are multiplied by this (sqrt(i) / d^beta: "sqrt", d**-beta)
+    download: object = None        # download time per coordinate, as upload (None: free)
+    download_scale: float = 1.0    # the download times are multiplied by this
     batch: int = _declared(RennalaSGD, "batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
     threshold: float = _declared(RingmasterASGD, "threshold")  # Ringmaster's R (None: the theory's; inf allowed)
     stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
@@ -76,6 +80,13 @@ class AsyncSGDSettings(Settings):
              lambda: f"tau must be one of {', '.join(names('tau-model'))}, a TauModel or times, got {self.tau!r}"),
             (not (isinstance(self.tau, str) and self.tau == "real" and self.runtime == "simulator"),
              "tau 'real' (real computing time) needs the mpi runtime"),
+            *[(getattr(self, name) is None or isinstance(getattr(self, name), str) and getattr(self, name) in
+               names("tau-model") or not isinstance(getattr(self, name), str),
+               lambda name=name: f"{name} must be None, one of {', '.join(names('tau-model'))} or times per "
+                                 f"worker, got {getattr(self, name)!r}") for name in ("upload", "download")],
+            *[(number(getattr(self, name)) and 0 < getattr(self, name) < math.inf,
+               f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
+              for name in ("upload_scale", "download_scale")],
             (_positive_or_none(self.epsilon), f"epsilon must be None or a number > 0, got {self.epsilon!r}"),
             (_positive_or_none(self.step_size), f"step_size must be None or a number > 0, got {self.step_size!r}"),
             (self.batch is None or (integer(self.batch) and self.batch >= 1),
@@ -132,8 +143,10 @@ class AsyncSGDSettings(Settings):
 
     def as_dict(self):
         payload = super().as_dict()
-        if not isinstance(self.tau, str):
-            payload["tau"] = getattr(self.tau, "describe", lambda: repr(self.tau))()
+        for name in ("tau", "upload", "download"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                payload[name] = getattr(value, "describe", lambda: repr(value))()
         if payload["threshold"] == math.inf:
             payload["threshold"] = "inf"
         if isinstance(self.method_options, dict):

@@ -4,8 +4,12 @@ Each worker is a finishing time and the point it computes at.  The next event
 is the earliest finishing time; the simulator computes that worker's gradient
 (at the point it started from, drawing from the worker's own noise stream),
 hands it to the method, advances the clock and starts whoever the method
-assigns.  Time is virtual, in compute-time units, and communication is free,
-as in the time model of the papers.
+assigns.  Time is virtual, in compute-time units; how long a job takes is the
+timing model's (:mod:`.timing`: compute times and, when given, the upload and
+download time of each coordinate).  A method with jobs of its own
+(``Method.uses_jobs``) has each started worker's job priced on its own and
+pushed on the heap; the result (b gradients summed, then compressed) is
+computed when the job ends, by :mod:`.jobs`, as an MPI worker computes it.
 
 Time: a worker's finishing time is the exact sum of the compute times that led
 to it (its start, itself exact, plus its own time), kept as a pair of floats
@@ -41,7 +45,9 @@ import heapq
 import numpy as np
 
 from ..core.random import random_stream
+from . import jobs as job_results
 from .base import ALL
+from .timing import Timing
 
 ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sort
 CHUNK = 64  # the bulk's next finishing times sorted at a time
@@ -218,14 +224,23 @@ class EventQueue:
     def pending(self, worker):
         return bool(self.busy[worker])
 
+    def cancel(self, worker):
+        """Cancel ``worker``'s job, if any, leaving it idle; returns True when it was busy."""
+        busy = bool(self.busy[worker])
+        self.busy[worker] = False
+        self.job[worker] += 1
+        return busy
+
 
 class Simulation:
     """The state of one simulated run besides the method's: the event queue, the clock, the workers' points,
     noise streams and counts (what a checkpoint holds, :mod:`.checkpoint`)."""
 
-    def __init__(self, problem, method, tau_model, settings):
+    def __init__(self, problem, method, timing, settings):
         n, seed = method.n_workers, settings.seed
+        tau_model = timing.plain_model()
         self.problem, self.method, self.tau_model, self.settings = problem, method, tau_model, settings
+        self.timing, self.jobs = timing, {}  # with a method's own jobs: worker -> its current Job
         self.numbers = np.arange(1, n + 1)
         self.fixed = tau_model.fixed
         self.means = tau_model.mean(self.numbers) if self.fixed else None
@@ -247,6 +262,8 @@ class Simulation:
         queue, method, fixed, means, numbers = self.queue, self.method, self.fixed, self.means, self.numbers
         cancelled, own, common, draw, draw_all = self.cancelled, self.own, self.common, self.tau_model.draw, \
             self.draw_all
+        if method.uses_jobs:
+            return self._job_assigner()
 
         def assign(plan):
             if plan is ALL:
@@ -262,6 +279,35 @@ class Simulation:
                 own[worker] = (method.x, method.k)
         return assign
 
+    def _job_assigner(self):
+        """``assign(plan)`` for a method with its own jobs: each started worker's job (``method.job``) priced
+        by the timing model, drawing random compute times from the run's stream in start order; a worker
+        whose job is None is left idle, one whose job can never end stays busy without an event."""
+        queue, method, timing, jobs, own, cancelled = self.queue, self.method, self.timing, self.jobs, \
+            self.own, self.cancelled
+
+        def assign(plan):
+            for worker in (range(method.n_workers) if plan is ALL else plan):
+                job = method.job(worker)
+                if job is None:
+                    if queue.cancel(worker):
+                        cancelled[worker] += 1
+                    jobs.pop(worker, None)
+                    own.pop(worker, None)
+                    continue
+                tau = timing.job_time(worker + 1, job, self.tau_rng)
+                if tau == np.inf:
+                    was_busy = queue.cancel(worker)
+                    queue.busy[worker] = True  # busy for ever: it never ends
+                elif queue.start(worker, self.now, float(tau)):
+                    was_busy = True
+                else:
+                    was_busy = False
+                if was_busy:
+                    cancelled[worker] += 1
+                jobs[worker], own[worker] = job, (method.x, method.k)
+        return assign
+
     def run(self, recorder, checkpoint=None):
         """Events until a stopping rule (or a signal, with ``checkpoint``: a :class:`.checkpoint.Checkpoint`)
         ends the run; returns (end time, gradients received, computed per worker, cancelled per worker)."""
@@ -271,6 +317,7 @@ class Simulation:
         queue, problem, noise, own, common = self.queue, self.problem, self.noise, self.own, self.common
         computed, assign, max_time = self.computed, self.assign, self.settings.max_time
         now, gradients = self.now, self.gradients
+        jobs, seed, dim = (self.jobs if self.method.uses_jobs else None), self.settings.seed, problem.dim
         while not recorder.stop(now[0], gradients):
             event = queue.peek()
             if event is None:
@@ -282,9 +329,14 @@ class Simulation:
             now, worker = queue.pop()
             self.now = now  # assign() starts workers now
             point, k_at = own.pop(worker, None) or common
-            grad = problem.stochastic_grad(point, noise[worker])
-            computed[worker] += 1
-            gradients += 1
+            if jobs is None:
+                grad, count = problem.stochastic_grad(point, noise[worker]), 1
+            else:
+                job = jobs.pop(worker)
+                sent = job_results.compute(problem, job, point, noise[worker], worker, k_at, seed)
+                grad, count = job_results.receive(job, sent, dim, worker, k_at, seed), job.gradients
+            computed[worker] += count
+            gradients += count
             recorder.deliver(worker, grad, k_at, now[0], gradients, assign)
             if checkpoint is not None:
                 self.gradients = gradients
@@ -298,10 +350,13 @@ class Simulation:
         return self.now[0], self.gradients, self.computed, self.cancelled
 
 
-def simulate(problem, method, tau_model, settings, recorder, checkpoint=None):
-    """Run ``method`` on ``problem`` with ``method.n_workers`` virtual workers; returns the run's counts.
+def simulate(problem, method, timing, settings, recorder, checkpoint=None):
+    """Run ``method`` on ``problem`` with ``method.n_workers`` virtual workers timed by ``timing`` (a
+    :class:`.timing.Timing`, or a compute-time model: no communication); returns the run's counts.
 
     Returns (end time, gradients received, computed per worker, cancelled per worker).  With ``checkpoint``
     (:class:`.checkpoint.Checkpoint`) the run resumes from its file and writes it as its settings say.
     """
-    return Simulation(problem, method, tau_model, settings).run(recorder, checkpoint)
+    if not isinstance(timing, Timing):
+        timing = Timing(timing, method.n_workers, problem.dim)
+    return Simulation(problem, method, timing, settings).run(recorder, checkpoint)

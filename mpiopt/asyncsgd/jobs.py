@@ -1,0 +1,107 @@
+"""Jobs: what a worker is asked to do, and what it sends back, the same on both executors.
+
+The classical methods give every worker the default job: one stochastic
+gradient at the method's point, sent back densely.  A method that asks for
+more (``Method.job(worker)``) gives a :class:`Job`:
+
+* ``gradients`` b: b stochastic gradients at the point, summed, in the order
+  the worker draws them from its noise stream;
+* ``messages`` m with ``coordinates`` K: the sum is uploaded as m
+  independent Random-K compressions (mpiopt.compression's ``randomk``,
+  unbiased: K of d coordinates scaled by d/K), whose indices come from
+  ``random_stream(seed, "randomk", f"asyncsgd-w{worker}-k{step}", j)`` for
+  message j of the job computed at step ``step``: the server rebuilds them,
+  so only the K values of each message travel;
+* ``budget``: each gradient's attempt is abandoned when it would run longer
+  than this and begun anew (MindFlayer SGD); only its time changes.
+
+:func:`compute` is the worker's side (the values that travel) and
+:func:`receive` the server's (the dense vector the method gets:
+sum_j C_j(sum of the b gradients)).  The simulator calls both in turn, the MPI
+runtime one on each side of a real message, so both give the method the
+same bits.  How long a job takes is the timing model's (:mod:`.timing`).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compression.randomk import RandomK
+
+
+@dataclass(frozen=True)
+class Job:
+    gradients: int = 1        # b: stochastic gradients at the point, summed
+    messages: int = 0         # m: Random-K compressions of the sum uploaded (0: the sum, densely)
+    coordinates: int = 0      # K, the coordinates of each message (with messages >= 1)
+    budget: float = None      # an attempt longer than this is abandoned and begun anew (None: no budget)
+
+    def __post_init__(self):
+        if int(self.gradients) < 1 or int(self.messages) < 0:
+            raise ValueError(f"a job needs gradients >= 1 and messages >= 0, got {self}")
+        if self.messages and int(self.coordinates) < 1:
+            raise ValueError(f"a job with messages needs coordinates >= 1, got {self}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"a job's budget must be > 0, got {self.budget!r}")
+
+    @property
+    def plain(self):
+        """One gradient, sent densely, no budget: the classical methods' job."""
+        return self == PLAIN
+
+    def as_header(self):
+        """The job as four float64 (b, m, K, budget or NaN) for an MPI message."""
+        return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget]
+
+    @classmethod
+    def from_header(cls, values):
+        b, m, k, budget = (float(v) for v in values)
+        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget)
+
+    def to_dict(self):
+        return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
+                "budget": self.budget}
+
+
+PLAIN = Job()
+_COMPRESSORS = {}
+
+
+def _randomk(coordinates, seed):
+    key = (int(coordinates), int(seed))
+    if key not in _COMPRESSORS:
+        _COMPRESSORS[key] = RandomK(k=int(coordinates), seed=int(seed))
+    return _COMPRESSORS[key]
+
+
+def _contexts(job, dim, worker, step, seed):
+    compressor = _randomk(job.coordinates, seed)
+    name = f"asyncsgd-w{int(worker)}-k{int(step)}"
+    return compressor, [compressor.context((dim,), np.float64, name, j) for j in range(job.messages)]
+
+
+def compute(problem, job, x, noise, worker, step, seed):
+    """The worker's part: the sum of ``job.gradients`` stochastic gradients at ``x`` (drawn from ``noise``),
+    then, with messages, the K values of each of its m compressions, concatenated."""
+    total = problem.stochastic_grad(x, noise)
+    for _ in range(job.gradients - 1):
+        total = total + problem.stochastic_grad(x, noise)
+    if not job.messages:
+        return total
+    compressor, contexts = _contexts(job, total.size, worker, step, seed)
+    return np.concatenate([compressor.encode(total, ctx)[0] for ctx in contexts])
+
+
+def receive(job, sent, dim, worker, step, seed):
+    """The server's part: the dense vector of what :func:`compute` sent (sum_j C_j(sum of the gradients))."""
+    if not job.messages:
+        return sent
+    compressor, contexts = _contexts(job, dim, worker, step, seed)
+    total, k = np.zeros(dim), job.coordinates
+    for j, ctx in enumerate(contexts):
+        compressor.accumulate((sent[j * k:(j + 1) * k],), ctx, total)
+    return total
+
+
+def sent_size(job, dim):
+    """The float64 values a job's result sends: m K, or d when dense."""
+    return job.messages * job.coordinates if job.messages else dim

@@ -80,6 +80,12 @@ class Method:
         return theory.default_step_size("asgd", n_workers, problem.L, problem.sigma2, epsilon)
 
     @classmethod
+    def unavailable(cls, settings):
+        """Why this method cannot run with ``settings`` (an AsyncSGDSettings), or None: ``--method all`` leaves
+        such a method out (Shadowheart without upload times)."""
+        return None
+
+    @classmethod
     def timing_options(cls, values, problem, epsilon, timing):
         """The keywords of ``__init__`` after :meth:`theory_options`, with what the workers' timing model
         (:class:`.timing.Timing`, or None) gives; unchanged by default."""

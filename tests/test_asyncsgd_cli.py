@@ -18,6 +18,12 @@ SMALL = ["-m", "mpiopt", "async-sgd", "--problem", "quadratic", "--dim", "10", "
 HEADER = ("method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted")
 
 
+def runnable():
+    """The methods --method all runs without communication times (all but those that need them)."""
+    from mpiopt.asyncsgd import AsyncSGDSettings, methods
+    return methods(AsyncSGDSettings())
+
+
 def run_one(*arguments, cwd=None):
     environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     return subprocess.run([sys.executable, *arguments], capture_output=True, text=True, timeout=60, cwd=cwd,
@@ -85,7 +91,7 @@ def test_method_all_compares_every_method_in_one_table_json_and_plot(tmp_path):
     completed = run_one(*SMALL, "--method", "all", "--output", "all.json", *plot, cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     payload = json.loads((tmp_path / "all.json").read_text())
-    methods = names("asyncsgd-method")
+    methods = runnable()
     assert sorted(payload["methods"]) == sorted(methods) == sorted(payload["results"])
     assert payload["methods"][:4] == ["minibatch", "asgd", "rennala", "ringmaster"]
     header, rows = _table_rows(completed.stdout)
@@ -124,7 +130,7 @@ def test_mpi_runtime_at_three_ranks_prints_the_table_once(tmp_path):
                         cwd=tmp_path, timeout=60)
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.count("method ") == 1 and completed.stdout.count("result written to mpi.json") == 1
-    assert completed.stdout.count("mpiopt async-sgd") == len(names("asyncsgd-method")), "one log per method"
+    assert completed.stdout.count("mpiopt async-sgd") == len(runnable()), "one log per method"
     payload = json.loads((tmp_path / "mpi.json").read_text())
     for name, result in payload["results"].items():
         assert result["info"]["runtime"] == "mpi" and result["info"]["n_workers"] == 2
@@ -184,3 +190,29 @@ def test_committed_script_is_what_the_renderer_makes():
     expected = render_script("async-sgd", SBATCH, job_name="async-sgd", ntasks=5, time="00:30:00")
     assert (ROOT / "slurm" / "async-sgd.sbatch").read_text() == expected, "re-render slurm/async-sgd.sbatch"
     assert "async-sgd.sbatch" in (ROOT / "slurm" / "README.md").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_communication_times_and_shadowheart_from_the_command_line(tmp_path):
+    """Issue 22: --upload/--upload-scale price every method's uploads; --method all takes Shadowheart only with
+    upload times, and its table row carries its own predicted time t* L Delta / eps."""
+    plain = run_one(*SMALL, "--method", "all", "--output", "plain.json", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    assert json.loads((tmp_path / "plain.json").read_text())["methods"] == ["minibatch", "asgd", "rennala",
+                                                                           "ringmaster"]
+    priced = run_one(*SMALL, "--method", "all", "--upload", "sqrt", "--upload-scale", "0.1", "--output", "p.json",
+                     cwd=tmp_path)
+    assert priced.returncode == 0, priced.stderr
+    payload = json.loads((tmp_path / "p.json").read_text())
+    assert payload["methods"][-1] == "shadowheart"
+    _, rows = _table_rows(priced.stdout)
+    shadowheart = payload["results"]["shadowheart"]
+    assert float(rows["shadowheart"][7]) == pytest.approx(shadowheart["predicted"]["shadowheart"], rel=1e-3)
+    assert shadowheart["info"]["upload"] == pytest.approx([0.1 * (i ** 0.5) for i in range(1, 5)])
+    # one minibatch step costs the slowest worker's compute plus its d = 10 coordinates uploaded
+    minibatch = payload["results"]["minibatch"]
+    assert minibatch["time"] == pytest.approx(minibatch["steps"] * (2 + 10 * 0.2), rel=1e-12)
+    refused = run_one(*SMALL, "--method", "shadowheart", "--output", "r.json", cwd=tmp_path)
+    assert refused.returncode != 0 and "needs upload times per coordinate" in refused.stderr
+    bad = run_one(*SMALL, "--upload", "fast", "--output", "r.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "expected a model name" in bad.stderr

@@ -29,7 +29,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.comm import CollectiveError, check_collectively, quiet_barrier, resolve_comm
-from ..core.registry import names
+from ..core.registry import lookup, names
 # registered in this order, which is the comparison's (slowest theory first): --method all, the docs' tables
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
@@ -48,8 +48,13 @@ from .timing import LinkTimes, Timing
 DEFAULT_SIMULATED_WORKERS = 8
 
 
-def methods():
-    return names("asyncsgd-method")
+def methods(settings=None):
+    """The registered methods in registration order; with ``settings`` (an AsyncSGDSettings), those that can
+    run with them (Shadowheart needs upload times)."""
+    found = names("asyncsgd-method")
+    if settings is None:
+        return found
+    return [name for name in found if lookup("asyncsgd-method", name).unavailable(settings) is None]
 
 
 def async_sgd(problem="quadratic", comm=None, problem_options=None, method_options=None, tau_options=None,

@@ -27,6 +27,21 @@ def _times(text):
     return values
 
 
+def _link(text):
+    """Communication times per coordinate: a fixed compute-time model's name (sqrt, linear, ...) or times."""
+    from ..core.registry import names
+    if text in names("tau-model"):
+        return text
+    try:
+        values = [float(value) for value in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or not all(math.isfinite(value) and value >= 0 for value in values):
+        raise argparse.ArgumentTypeError(f"expected a model name ({', '.join(names('tau-model'))}) or "
+                                         f"comma-separated times >= 0 such as 0.1,0.2, got {text!r}")
+    return values
+
+
 # the problem options of the command line: option (the argparse dest) -> the problem's keyword
 ASYNC_SGD_PROBLEM_OPTIONS = {"dim": "dim", "noise": "noise", "batch_size": "batch_size", "dataset": "dataset",
                              "hidden": "hidden"}
@@ -68,7 +83,12 @@ def add_parser(commands):
         "threshold": {"type": _threshold, "default": None, "metavar": "R",
                       "help": "ringmaster: delay threshold, an integer or inf (default: the theory's)"},
         "batch": {"type": int, "default": None, "metavar": "B",
-                  "help": "rennala: gradients per step (default: the theory's)"}}
+                  "help": "rennala: gradients per step (default: the theory's)"},
+        "upload": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,...",
+                   "help": "upload time per coordinate: a fixed model (sqrt: sqrt(i)) or one time per worker, "
+                           "times --upload-scale (default: free)"},
+        "download": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,...",
+                     "help": "download time per coordinate, as --upload (default: free)"}}
     settings = add_settings_flags(group, AsyncSGDSettings, shown=shown)
     group = sgd.add_argument_group("output")
     add_checkpoint_options(group, "run's state (one --method)", "steps")
@@ -121,7 +141,8 @@ def run_async_sgd(args, comm):
     check_writable(args.checkpoint, comm, what="checkpoint")
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
-    names = methods() if args.method == "all" else [args.method]  # all: in registration order
+    # all: in registration order, but those that cannot run with these settings (shadowheart: no upload)
+    names = methods(AsyncSGDSettings(upload=args.upload)) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers,
                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)

@@ -53,6 +53,7 @@ ORDER_CASES = {
     "ringmaster": dict(method="ringmaster", threshold=1),
     "rennala-no-restart": dict(method="rennala", batch=2, restart=False),
     "rennala": dict(method="rennala", batch=2, restart=True),
+    "malenia": dict(method="malenia", batch=4),
 }
 
 

@@ -33,7 +33,7 @@ from ..core.registry import lookup, names
 # registered in this order, which is the comparison's (slowest theory first): --method all, the docs' tables
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
-from . import shadowheart  # noqa: F401
+from . import malenia, shadowheart  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .checkpoint import Checkpoint
 from .problems import PROBLEMS, Problem, get_problem
@@ -100,6 +100,9 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
                                  options.n_workers or DEFAULT_SIMULATED_WORKERS, problem.dim)
         except (ValueError, TypeError, KeyError) as error:
             problem_error = f"cannot set up the workers' times: {error}"
+    if problem_error is None and problem.heterogeneous and problem.n_functions != timing.n_workers:
+        problem_error = (f"problem {problem.name} has {problem.n_functions} functions f_i, one per worker, but the "
+                         f"run has {timing.n_workers} workers")
     check_collectively(comm, problem_error)
     if options.runtime == "mpi":
         from .mpi import run_mpi

@@ -82,9 +82,9 @@ def _contexts(job, dim, worker, step, seed):
 def compute(problem, job, x, noise, worker, step, seed):
     """The worker's part: the sum of ``job.gradients`` stochastic gradients at ``x`` (drawn from ``noise``),
     then, with messages, the K values of each of its m compressions, concatenated."""
-    total = problem.stochastic_grad(x, noise)
+    total = problem.worker_grad(worker, x, noise)
     for _ in range(job.gradients - 1):
-        total = total + problem.stochastic_grad(x, noise)
+        total = total + problem.worker_grad(worker, x, noise)
     if not job.messages:
         return total
     compressor, contexts = _contexts(job, total.size, worker, step, seed)

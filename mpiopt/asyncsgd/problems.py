@@ -4,7 +4,9 @@ A problem knows nothing of workers or time.  It provides ``dim``; ``L`` (the
 gradient's Lipschitz constant, exact or estimated); ``sigma2`` (the variance
 E||g - grad f||^2 of one stochastic gradient, exact or estimated at x0);
 ``f_low`` (f* or a lower bound); ``x0()``; ``loss(x)``; ``grad(x)``;
-``stochastic_grad(x, rng)`` drawing from ``rng`` only; ``info()``; and
+``stochastic_grad(x, rng)`` drawing from ``rng`` only; ``worker_grad(worker,
+x, rng)``, what worker ``worker`` computes (the same unless the problem is
+``heterogeneous``: f = (1/n) sum_i f_i with worker i holding f_i); ``info()``; and
 ``data()``, the arrays it is built on by name (none for the quadratics), which
 ``async_sgd`` refuses collectively when any rank's hold NaN or inf
 (``data_problem()``, with mpiopt.core.backend's check, as every method does).
@@ -17,6 +19,8 @@ E||g - grad f||^2 of one stochastic gradient, exact or estimated at x0);
 ``logistic``   L2-regularized logistic regression on scikit-learn's breast_cancer (569 x 30, standardized);
                g = the gradient on ``batch_size`` rows drawn with replacement
 ``mlp``        a small ReLU MLP (mpiopt.models) on scikit-learn's digits (1797 x 64, 10 classes), minibatches
+``heterogeneous-quadratic``  f_i(x) = 1/2 sum_j lambda_j (x_j - c_ij)^2 for worker i, centres c_i ~
+               N(0, spread^2 I) (seeded), f = (1/n) sum_i f_i; Gaussian noise as above (Malenia SGD's setting)
 =============  ==========================================================================================
 
 Registered as ``register("asyncsgd-problem", name, factory, options=Options(...))``:
@@ -58,6 +62,8 @@ MLP_OPTIONS = _data_options("digits", 8, 1e-4) + Options(
 class Problem:
     name = "problem"
     f_low = 0.0
+    heterogeneous = False   # True: worker i computes gradients of its own f_i (``worker_grad``)
+    n_functions = None      # a heterogeneous problem's number of f_i: the run's workers must be as many
 
     def x0(self):
         raise NotImplementedError
@@ -70,6 +76,10 @@ class Problem:
 
     def stochastic_grad(self, x, rng):
         raise NotImplementedError
+
+    def worker_grad(self, worker, x, rng):
+        """What worker ``worker`` (0-based) computes at ``x``: a stochastic gradient of f, or of its own f_i."""
+        return self.stochastic_grad(x, rng)
 
     def data(self):
         """The arrays the problem is built on, by name (features, targets); none by default."""
@@ -172,6 +182,46 @@ class WorstCase(GaussianNoise):
         return g
 
 
+class HeterogeneousQuadratic(GaussianNoise):
+    """f_i(x) = 1/2 sum_j lambda_j (x_j - c_ij)^2, lambda log-spaced in [mu, L]; f = (1/n) sum_i f_i =
+    1/2 sum_j lambda_j ((x_j - cbar_j)^2 + var_j), so f* = 1/2 sum_j lambda_j var_j exactly, and the
+    heterogeneity (1/n) sum_i ||grad f_i - grad f||^2 = sum_j lambda_j^2 var_j at every x."""
+
+    name = "heterogeneous-quadratic"
+    heterogeneous = True
+
+    def __init__(self, seed=0, dim=DIM.default, noise=NOISE.default, L=SMOOTHNESS.default,
+                 mu=QUADRATIC_OPTIONS["mu"].default, workers=8, spread=1.0):
+        self.dim = _check_dim(dim)
+        if not (0 < mu <= L < math.inf):
+            raise ValueError(f"need 0 < mu <= L, got mu={mu!r}, L={L!r}")
+        self.L, self.mu, self.n_functions = float(L), float(mu), int(workers)
+        self.eigenvalues = np.geomspace(mu, L, self.dim)
+        self.centres = spread * random_stream(seed, "asyncsgd-centres").standard_normal((self.n_functions, self.dim))
+        self.centre = self.centres.mean(axis=0)
+        spread_j = ((self.centres - self.centre) ** 2).mean(axis=0)
+        self.f_low = 0.5 * float(self.eigenvalues @ spread_j)
+        self.zeta2 = float((self.eigenvalues ** 2) @ spread_j)
+        self._set_noise(noise)
+        self.options = {"noise": self.sigma2, "mu": self.mu, "workers": self.n_functions, "spread": float(spread),
+                        "zeta2": self.zeta2}
+
+    def x0(self):
+        return np.zeros(self.dim)
+
+    def loss(self, x):
+        return 0.5 * float(self.eigenvalues @ ((x - self.centre) ** 2)) + self.f_low
+
+    def grad(self, x):
+        return self.eigenvalues * (x - self.centre)
+
+    def worker_grad(self, worker, x, rng):
+        g = self.eigenvalues * (x - self.centres[worker])
+        if self.sigma2:
+            g += self._noise_scale * rng.standard_normal(self.dim)
+        return g
+
+
 class DataProblem(Problem):
     """A model of mpiopt.models on a data set; stochastic gradients on rows drawn with replacement."""
 
@@ -271,6 +321,11 @@ register("asyncsgd-problem", "quadratic", lambda seed=0, comm=None, **values: Qu
          options=QUADRATIC_OPTIONS)
 register("asyncsgd-problem", "worst-case", lambda seed=0, comm=None, **values: WorstCase(**values),
          options=WORST_CASE_OPTIONS)
+register("asyncsgd-problem", "heterogeneous-quadratic",
+         lambda seed=0, comm=None, **values: HeterogeneousQuadratic(seed=seed, **values),
+         options=QUADRATIC_OPTIONS + Options(
+             Option("workers", int, 8, "n, the number of functions f_i (one per worker)", low=1),
+             Option("spread", float, 1.0, "the standard deviation of the centres c_ij", low=0)))
 register("asyncsgd-problem", "logistic", Logistic, options=LOGISTIC_OPTIONS)
 register("asyncsgd-problem", "mlp", SmallMLP, options=MLP_OPTIONS)
 PROBLEMS = names("asyncsgd-problem")

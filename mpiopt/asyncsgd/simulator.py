@@ -330,7 +330,7 @@ class Simulation:
             self.now = now  # assign() starts workers now
             point, k_at = own.pop(worker, None) or common
             if jobs is None:
-                grad, count = problem.stochastic_grad(point, noise[worker]), 1
+                grad, count = problem.worker_grad(worker, point, noise[worker]), 1
             else:
                 job = jobs.pop(worker)
                 sent = job_results.compute(problem, job, point, noise[worker], worker, k_at, seed)

@@ -198,8 +198,7 @@ def test_communication_times_and_shadowheart_from_the_command_line(tmp_path):
     upload times, and its table row carries its own predicted time t* L Delta / eps."""
     plain = run_one(*SMALL, "--method", "all", "--output", "plain.json", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
-    assert json.loads((tmp_path / "plain.json").read_text())["methods"] == ["minibatch", "asgd", "rennala",
-                                                                           "ringmaster"]
+    assert "shadowheart" not in json.loads((tmp_path / "plain.json").read_text())["methods"]
     priced = run_one(*SMALL, "--method", "all", "--upload", "sqrt", "--upload-scale", "0.1", "--output", "p.json",
                      cwd=tmp_path)
     assert priced.returncode == 0, priced.stderr

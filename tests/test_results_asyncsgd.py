@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiopt.asyncsgd import AsyncSGDResult, async_sgd, methods
+from mpiopt.asyncsgd import AsyncSGDResult, AsyncSGDSettings, async_sgd, methods
 from mpiopt.asyncsgd.result import STATUS_OF_STOP, curve_panels
 from mpiopt.core.result import STATUSES
 
@@ -137,7 +137,7 @@ def test_the_command_line_method_all_plots_every_method_and_shows_the_stop(tmp_p
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "all.png").read_bytes()[:8] == PNG
     payload = json.loads((tmp_path / "all.json").read_text())
-    assert payload["methods"] == methods()
+    assert payload["methods"] == methods(AsyncSGDSettings())
     lines = completed.stdout.splitlines()
     header = next(line for line in lines if line.startswith("method "))
     assert header.split()[1] == "status" and header.split()[-1] == "stop"

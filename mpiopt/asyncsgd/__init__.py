@@ -43,6 +43,7 @@ from .settings import RUNTIMES, AsyncSGDSettings, route_method_options
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
 from .theory import default_batch, default_step_size, predicted_times
+from .power import POWER_MODELS, PowerTrace, get_power_model
 from .timing import LinkTimes, Timing
 
 DEFAULT_SIMULATED_WORKERS = 8
@@ -98,7 +99,7 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
         try:
             timing = make_timing(options, compute, comm.size - 1 if options.runtime == "mpi" else
                                  options.n_workers or DEFAULT_SIMULATED_WORKERS, problem.dim)
-        except (ValueError, TypeError, KeyError) as error:
+        except (ValueError, TypeError, KeyError, OSError) as error:
             problem_error = f"cannot set up the workers' times: {error}"
     if problem_error is None and problem.heterogeneous and problem.n_functions != timing.n_workers:
         problem_error = (f"problem {problem.name} has {problem.n_functions} functions f_i, one per worker, but the "
@@ -116,7 +117,8 @@ def make_timing(options, compute, n_workers, dim):
     compute.mean(np.arange(1, n_workers + 1))  # explicit times for fewer workers are refused here
     links = {name: None if getattr(options, name) is None else
              LinkTimes(getattr(options, name), getattr(options, name + "_scale")) for name in ("upload", "download")}
-    return Timing(compute, n_workers, dim, **links)
+    power = None if options.power is None else get_power_model(options.power, **(options.power_options or {}))
+    return Timing(compute, n_workers, dim, power=power, **links)
 
 
 def _simulate_on_root(problem, timing, options, comm, started, log_stream=None, root=0):
@@ -148,5 +150,5 @@ def _simulate_on_root(problem, timing, options, comm, started, log_stream=None, 
 
 
 __all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Method",
-           "PROBLEMS", "Problem", "RUNTIMES", "TAU_MODELS", "TauModel", "async_sgd", "default_batch",
+           "POWER_MODELS", "PROBLEMS", "PowerTrace", "get_power_model", "make_timing", "Problem", "RUNTIMES", "TAU_MODELS", "TauModel", "async_sgd", "default_batch",
            "default_step_size", "get_problem", "get_tau_model", "methods", "predicted_times", "simulate"]

@@ -144,7 +144,7 @@ def _state(simulation, recorder):
                   noise=np.stack([_encode(stream) for stream in simulation.noise]))
     if simulation.tau_rng is not None:
         arrays["tau_stream"] = _encode(simulation.tau_rng)
-    if simulation.method.uses_jobs:  # each busy worker's job (b, m, K, budget or NaN)
+    if simulation.method.uses_jobs or simulation.timing.time_varying:  # each busy worker's job (b, m, K, budget or NaN)
         busy = sorted(simulation.jobs)
         arrays["job_workers"] = np.array(busy, dtype=np.int64)
         arrays["job_values"] = np.array([simulation.jobs[w].as_header() for w in busy], dtype=np.float64
@@ -170,7 +170,7 @@ def _load(simulation, recorder, arrays, meta):
         _decode(stream, words)
     if simulation.tau_rng is not None:
         _decode(simulation.tau_rng, arrays["tau_stream"])
-    if simulation.method.uses_jobs:
+    if simulation.method.uses_jobs or simulation.timing.time_varying:
         simulation.jobs.clear()
         simulation.jobs.update({int(w): Job.from_header(values) for w, values in zip(arrays["job_workers"],
                                                                                     arrays["job_values"])})

@@ -23,12 +23,15 @@ Per step the server receives sum_i B_i gradients and sends x_{k+1} to n
 workers.  The accumulation keeps each worker's sum in arrival order and adds
 the workers' means in worker order, so MPI ranks give the simulator's bits.
 """
+import math
+
 import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
 from .base import ALL, Method
+from .power import universal_time
 
 
 def malenia_batch(sigma2, epsilon, n_workers):
@@ -70,8 +73,11 @@ class MaleniaSGD(Method):
         return {"step_size": self.step_size, "batch": self.batch_size}
 
     def predicted(self, problem, timing, epsilon):
-        return {"malenia": malenia_time(timing.plain_model().mean(np.arange(1, self.n_workers + 1)), problem.sigma2,
-                                        epsilon, problem.L, problem.Delta, self.batch_size)}
+        means = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
+        if timing.time_varying:  # the universal model's recursion (Tyurin 2025)
+            return {"malenia": universal_time(timing.traces, means, self.batch_size,
+                                              math.ceil(problem.L * problem.Delta / epsilon), rule="malenia")}
+        return {"malenia": malenia_time(means, problem.sigma2, epsilon, problem.L, problem.Delta, self.batch_size)}
 
     def enough(self):
         """Every worker has sent one, and n / sum(1/B_i) >= S/n."""

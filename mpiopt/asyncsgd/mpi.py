@@ -9,8 +9,9 @@ the parameter server does (``next_message``: probes, then sleeps of up to 1 ms),
 so idle ranks do not burn the cores that busy ones need.
 
 Messages (tags ASGD_* in mpiopt.collectives.tags, on a private duplicate of the
-communicator): JOB [job, step, b, m, K, budget, x] server -> worker (the
-:class:`.jobs.Job` and its point), which cancels whatever the worker was
+communicator): JOB [job, step, b, m, K, budget, start, x] server -> worker
+(the :class:`.jobs.Job`, the server's clock and the point: a time-varying
+power prices the job from its start), which cancels whatever the worker was
 computing; GRAD [job, step, what the job sends] worker -> server (a gradient,
 a sum of b, or the m K values of its Random-K messages, which the server
 decodes with indices of its own: :mod:`.jobs`), ignored when the job has
@@ -57,7 +58,7 @@ from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
-JOB_HEADER = HEADER + 4  # and the job: b, m, K, budget (NaN: none)
+JOB_HEADER = HEADER + 5  # and the job: b, m, K, budget (NaN: none), its start in compute-time units
 NOTHING = np.empty(0, dtype=np.uint8)
 
 
@@ -210,7 +211,8 @@ class _Server:
         self.busy[worker] = True
         self.points[worker] = (k, x)
         self.job_of[worker] = job
-        self.sends.send(self.comm, _pack(self.jobs[worker], k, x, job.as_header()), worker + 1, ASGD_JOB)
+        header = job.as_header() + [self.now()]
+        self.sends.send(self.comm, _pack(self.jobs[worker], k, x, header), worker + 1, ASGD_JOB)
 
     def restart_jobs(self):
         """A new session: every worker that was computing starts its job again, at the job's point."""
@@ -368,10 +370,10 @@ def _work(comm, problem, timing, settings, worker, streams):
             break
         job = np.empty(JOB_HEADER + problem.dim)
         message.Recv(job)
-        task, tau = Job.from_header(job[HEADER:JOB_HEADER]), 0.0
+        task, tau = Job.from_header(job[HEADER:JOB_HEADER - 1]), 0.0
         if not failed:
             try:
-                tau = timing.job_time(worker + 1, task, tau_rng)
+                tau = timing.job_time(worker + 1, task, tau_rng, start=float(job[JOB_HEADER - 1]))
             except Exception as failure:  # noqa: BLE001 - a tau model failing on this worker only
                 failed = report(failure)
         deadline = clock.monotonic() + (tau * unit if tau < math.inf else 1e12)

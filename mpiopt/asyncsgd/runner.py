@@ -14,6 +14,7 @@ import numpy as np
 from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
+from .power import universal_time
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
 
 THEORY = ("minibatch", "asgd", "rennala", "ringmaster")  # the methods of theory.predicted_times
@@ -134,6 +135,11 @@ def prepare(problem, timing, settings, log_stream=None):
     method = build_method(settings, problem, timing.n_workers, epsilon, timing)
     recorder = Recorder(problem, method, settings, epsilon, log_stream=log_stream)
     predicted = predicted_for(problem, timing, epsilon)
+    if timing.time_varying:  # the universal model: Rennala's (optimal) time by its recursion
+        predicted["rennala_fixed_power"] = predicted["rennala"]
+        predicted["rennala"] = predicted["ringmaster"] = universal_time(
+            timing.traces, timing.plain_model().mean(np.arange(1, timing.n_workers + 1)),
+            theory.default_batch(problem.sigma2, epsilon), math.ceil(problem.L * problem.Delta / epsilon))
     predicted.update(method.predicted(problem, timing, epsilon))
     return method, recorder, predicted
 

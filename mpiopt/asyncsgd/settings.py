@@ -48,6 +48,8 @@ class AsyncSGDSettings(Settings):
     upload_scale: float = 1.0      # the upload times are multiplied by this (sqrt(i) / d^beta: "sqrt", d**-beta)
     download: object = None        # download time per coordinate, as upload (None: free)
     download_scale: float = 1.0    # the download times are multiplied by this
+    power: str = None              # computation power in time (registry kind power-model: outages, trend, trace)
+    power_options: dict = None     # the power model's declared options, e.g. {"period": 50, "fraction": 0.5}
     batch: int = _declared(RennalaSGD, "batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
     threshold: float = _declared(RingmasterASGD, "threshold")  # Ringmaster's R (None: the theory's; inf allowed)
     stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
@@ -87,6 +89,10 @@ class AsyncSGDSettings(Settings):
             *[(number(getattr(self, name)) and 0 < getattr(self, name) < math.inf,
                f"{name} must be a finite number > 0, got {getattr(self, name)!r}")
               for name in ("upload_scale", "download_scale")],
+            (self.power is None or self.power in names("power-model"),
+             lambda: f"power must be None or one of {', '.join(names('power-model'))}, got {self.power!r}"),
+            (self.power_options is None or (isinstance(self.power_options, dict) and self.power is not None),
+             f"power_options must be a dict, with a power model, got {self.power_options!r}"),
             (_positive_or_none(self.epsilon), f"epsilon must be None or a number > 0, got {self.epsilon!r}"),
             (_positive_or_none(self.step_size), f"step_size must be None or a number > 0, got {self.step_size!r}"),
             (self.batch is None or (integer(self.batch) and self.batch >= 1),

@@ -262,7 +262,7 @@ class Simulation:
         queue, method, fixed, means, numbers = self.queue, self.method, self.fixed, self.means, self.numbers
         cancelled, own, common, draw, draw_all = self.cancelled, self.own, self.common, self.tau_model.draw, \
             self.draw_all
-        if method.uses_jobs:
+        if method.uses_jobs or self.timing.time_varying:  # each job priced when it starts
             return self._job_assigner()
 
         def assign(plan):
@@ -295,7 +295,7 @@ class Simulation:
                     jobs.pop(worker, None)
                     own.pop(worker, None)
                     continue
-                tau = timing.job_time(worker + 1, job, self.tau_rng)
+                tau = timing.job_time(worker + 1, job, self.tau_rng, start=self.now[0])
                 if tau == np.inf:
                     was_busy = queue.cancel(worker)
                     queue.busy[worker] = True  # busy for ever: it never ends
@@ -317,7 +317,8 @@ class Simulation:
         queue, problem, noise, own, common = self.queue, self.problem, self.noise, self.own, self.common
         computed, assign, max_time = self.computed, self.assign, self.settings.max_time
         now, gradients = self.now, self.gradients
-        jobs, seed, dim = (self.jobs if self.method.uses_jobs else None), self.settings.seed, problem.dim
+        jobs = self.jobs if (self.method.uses_jobs or self.timing.time_varying) else None
+        seed, dim = self.settings.seed, problem.dim
         while not recorder.stop(now[0], gradients):
             event = queue.peek()
             if event is None:

@@ -21,6 +21,11 @@ Shadowheart paper's worker: "computing, then sending").  With a time budget
 per attempt (MindFlayer SGD) a gradient whose attempt would run over the
 budget costs the budget and is begun anew with a fresh compute time.
 
+With a power model (:mod:`.power`, the universal computation model) the
+computing part runs at worker i's power p_i(t): it ends when the integral of
+p_i from its start reaches the compute time, so a job's length depends on
+when it starts (an outage stops it; nothing else changes).
+
 The default job of the four classical methods is one gradient sent densely,
 so with communication each of their jobs takes d v_i + h_i + d u_i: the
 baselines of the compressed methods pay for their dense vectors.  Without
@@ -58,8 +63,12 @@ class Timing:
     """Compute times (a :class:`.taus.TauModel`) and, when given, per-coordinate upload and download times
     of ``n_workers`` workers on a problem of ``dim`` coordinates."""
 
-    def __init__(self, compute, n_workers, dim, upload=None, download=None):
+    def __init__(self, compute, n_workers, dim, upload=None, download=None, power=None):
         self.compute, self.n_workers, self.dim = compute, int(n_workers), int(dim)
+        self.power = power
+        self.traces = None if power is None else power.traces(self.n_workers)
+        self.time_varying = self.traces is not None and not all(
+            t.times.size == 1 and t.values[0] == 1 for t in self.traces)
         self.upload = None if upload is None else upload.per_coordinate(self.n_workers)
         self.download = None if download is None else download.per_coordinate(self.n_workers)
         self.links = {"upload": upload, "download": download}
@@ -87,20 +96,28 @@ class Timing:
             return self.compute
         return Shifted(self.compute, self.dense_round_trip())
 
-    def job_time(self, number, job, rng, dim=None):
-        """The duration of ``job`` (a :class:`.jobs.Job`) on worker ``number`` (1-based), drawing its random
-        compute times from ``rng``; inf when it can never finish (every attempt over its budget)."""
+    def job_time(self, number, job, rng, dim=None, start=0.0):
+        """The duration of ``job`` (a :class:`.jobs.Job`) on worker ``number`` (1-based) started at ``start``,
+        drawing its random compute times from ``rng``; inf when it can never finish (every attempt over its
+        budget, or no power left)."""
         index, dim = number - 1, self.dim if dim is None else dim
         compute = 0.0 if self.compute.real else _compute_time(self.compute, number, job, rng)
+        down = up = 0.0
+        if self.communicates:
+            down = self.download_per_coordinate()[index] * dim
+            up = self.upload_per_coordinate()[index] * (job.messages * job.coordinates if job.messages else dim)
+        if self.time_varying and compute < math.inf:  # compute at the worker's power, after the download
+            began = start + down
+            compute = self.traces[index].finish(began, compute) - began
         if not self.communicates:
             return compute
-        down = self.download_per_coordinate()[index] * dim
-        up = self.upload_per_coordinate()[index] * (job.messages * job.coordinates if job.messages else dim)
         return float(compute + (down + up))  # the same sum as the default job's Shifted model
 
     def describe(self):
         parts = [f"compute {self.compute.describe()}"]
         parts += [f"{name} {link.describe()} per coordinate" for name, link in self.links.items() if link]
+        if self.time_varying:
+            parts.append(f"power {self.power.describe()}")
         return ", ".join(parts)
 
 

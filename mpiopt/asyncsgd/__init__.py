@@ -33,7 +33,7 @@ from ..core.registry import lookup, names
 # registered in this order, which is the comparison's (slowest theory first): --method all, the docs' tables
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
-from . import malenia, shadowheart  # noqa: F401
+from . import malenia, mindflayer, shadowheart  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .checkpoint import Checkpoint
 from .problems import PROBLEMS, Problem, get_problem

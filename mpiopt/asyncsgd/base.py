@@ -17,7 +17,10 @@ default job (one gradient at ``x``, sent densely), or a richer
 :class:`.jobs.Job` (b gradients summed, uploaded as m compressed messages,
 under a time budget) for a method with ``uses_jobs = True``; None leaves the
 worker idle (Shadowheart's workers that the equilibrium time leaves out).
-Then ``arrive`` gets what the job sends, as one dense vector.
+Then ``arrive`` gets what the job sends, as one dense vector, with
+``self.finished`` set to how many gradients it sums (b, or for a job of
+trials those that finished within the budget).  The vector may be the
+runtime's receive buffer: a method that keeps it past ``arrive`` copies it.
 
 ``start()`` gives the first assignment (``ALL``).  The runtime counts what the
 workers compute and what is cancelled; the method counts what it accepts and
@@ -118,6 +121,7 @@ class Method:
         self.accepted = np.zeros(self.n_workers, dtype=np.int64)    # gradients used in a step, per worker
         self.discarded = np.zeros(self.n_workers, dtype=np.int64)   # stale gradients thrown away, per worker
         self.steps_taken = 0
+        self.finished = 1  # how many gradients the arriving result sums (the runtime sets it)
 
     def state(self, skip=()):
         """(arrays, JSON values) of everything the method holds, for a checkpoint (:mod:`.checkpoint`): its

@@ -147,8 +147,8 @@ def _state(simulation, recorder):
     if simulation.method.uses_jobs or simulation.timing.time_varying:  # each busy worker's job (b, m, K, budget or NaN)
         busy = sorted(simulation.jobs)
         arrays["job_workers"] = np.array(busy, dtype=np.int64)
-        arrays["job_values"] = np.array([simulation.jobs[w].as_header() for w in busy], dtype=np.float64
-                                        ).reshape(len(busy), 4)
+        arrays["job_values"] = np.array([simulation.jobs[w].as_header() + [simulation.done[w]] for w in busy],
+                                        dtype=np.float64).reshape(len(busy), 6)
     meta.update(now=list(simulation.now), gradients=simulation.gradients, common_step=simulation.common[1],
                 common_none=simulation.common[0] is None)
     return arrays, meta
@@ -172,8 +172,9 @@ def _load(simulation, recorder, arrays, meta):
         _decode(simulation.tau_rng, arrays["tau_stream"])
     if simulation.method.uses_jobs or simulation.timing.time_varying:
         simulation.jobs.clear()
-        simulation.jobs.update({int(w): Job.from_header(values) for w, values in zip(arrays["job_workers"],
-                                                                                    arrays["job_values"])})
+        simulation.done.clear()
+        for w, values in zip(arrays["job_workers"], arrays["job_values"]):
+            simulation.jobs[int(w)], simulation.done[int(w)] = Job.from_header(values[:5]), int(values[5])
 def _queue_state(queue):
     """(arrays, meta) of an :class:`~.simulator.EventQueue` (its fixed times are rebuilt from the run)."""
     arrays = {"job": queue.job, "busy": queue.busy, "low": queue.low,

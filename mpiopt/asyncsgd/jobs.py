@@ -13,7 +13,10 @@ more (``Method.job(worker)``) gives a :class:`Job`:
   message j of the job computed at step ``step``: the server rebuilds them,
   so only the K values of each message travel;
 * ``budget``: each gradient's attempt is abandoned when it would run longer
-  than this and begun anew (MindFlayer SGD); only its time changes.
+  than this and begun anew; only its time changes;
+* ``trials`` with a budget: the b gradients are b attempts, and an attempt
+  that runs over the budget is given up (MindFlayer SGD's worker): the job
+  sends the sum of those that finished, and how many did.
 
 :func:`compute` is the worker's side (the values that travel) and
 :func:`receive` the server's (the dense vector the method gets:
@@ -34,6 +37,7 @@ class Job:
     messages: int = 0         # m: Random-K compressions of the sum uploaded (0: the sum, densely)
     coordinates: int = 0      # K, the coordinates of each message (with messages >= 1)
     budget: float = None      # an attempt longer than this is abandoned and begun anew (None: no budget)
+    trials: bool = False      # with a budget: b attempts, those over it given up (not begun anew)
 
     def __post_init__(self):
         if int(self.gradients) < 1 or int(self.messages) < 0:
@@ -42,6 +46,8 @@ class Job:
             raise ValueError(f"a job with messages needs coordinates >= 1, got {self}")
         if self.budget is not None and not self.budget > 0:
             raise ValueError(f"a job's budget must be > 0, got {self.budget!r}")
+        if self.trials and self.budget is None:
+            raise ValueError("a job of trials needs a budget")
 
     @property
     def plain(self):
@@ -49,17 +55,18 @@ class Job:
         return self == PLAIN
 
     def as_header(self):
-        """The job as four float64 (b, m, K, budget or NaN) for an MPI message."""
-        return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget]
+        """The job as five float64 (b, m, K, budget or NaN, trials) for an MPI message."""
+        return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget,
+                float(self.trials)]
 
     @classmethod
     def from_header(cls, values):
-        b, m, k, budget = (float(v) for v in values)
-        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget)
+        b, m, k, budget, trials = (float(v) for v in values)
+        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials))
 
     def to_dict(self):
         return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
-                "budget": self.budget}
+                "budget": self.budget, "trials": self.trials}
 
 
 PLAIN = Job()
@@ -79,11 +86,16 @@ def _contexts(job, dim, worker, step, seed):
     return compressor, [compressor.context((dim,), np.float64, name, j) for j in range(job.messages)]
 
 
-def compute(problem, job, x, noise, worker, step, seed):
-    """The worker's part: the sum of ``job.gradients`` stochastic gradients at ``x`` (drawn from ``noise``),
-    then, with messages, the K values of each of its m compressions, concatenated."""
-    total = problem.worker_grad(worker, x, noise)
-    for _ in range(job.gradients - 1):
+def compute(problem, job, x, noise, worker, step, seed, done=None):
+    """The worker's part: the sum of ``done`` (None: ``job.gradients``) stochastic gradients at ``x`` (drawn
+    from ``noise``; zeros when none finished), then, with messages, the K values of each of its m
+    compressions, concatenated."""
+    done = job.gradients if done is None else int(done)
+    if done == 0:
+        total = np.zeros(problem.dim)
+    else:
+        total = problem.worker_grad(worker, x, noise)
+    for _ in range(done - 1):
         total = total + problem.worker_grad(worker, x, noise)
     if not job.messages:
         return total

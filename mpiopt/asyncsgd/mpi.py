@@ -12,7 +12,7 @@ Messages (tags ASGD_* in mpiopt.collectives.tags, on a private duplicate of the
 communicator): JOB [job, step, b, m, K, budget, start, x] server -> worker
 (the :class:`.jobs.Job`, the server's clock and the point: a time-varying
 power prices the job from its start), which cancels whatever the worker was
-computing; GRAD [job, step, what the job sends] worker -> server (a gradient,
+computing; GRAD [job, step, gradients finished, what the job sends] worker -> server (a gradient,
 a sum of b, or the m K values of its Random-K messages, which the server
 decodes with indices of its own: :mod:`.jobs`), ignored when the job has
 since been cancelled; STOP server -> worker; DONE worker -> server;
@@ -58,7 +58,8 @@ from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
-JOB_HEADER = HEADER + 5  # and the job: b, m, K, budget (NaN: none), its start in compute-time units
+JOB_HEADER = HEADER + 6  # and the job: b, m, K, budget (NaN: none), trials, its start in compute-time units
+GRAD_HEADER = HEADER + 1  # and how many of the job's gradients finished
 NOTHING = np.empty(0, dtype=np.uint8)
 
 
@@ -174,7 +175,7 @@ class _Server:
         self.busy = np.zeros(n, dtype=bool)
         self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.gradients, self.status = 0, MPI.Status()
-        self.received = np.empty(HEADER + dim)  # a GRAD: job, step, gradient
+        self.received = np.empty(GRAD_HEADER + dim)  # a GRAD: job, step, gradients finished, what the job sends
         self.dim, self.seed = dim, settings.seed
         self.origin = MPI.Wtime()
         self.points = {}        # worker -> (step, point) of its current job (a checkpoint restarts them)
@@ -249,11 +250,11 @@ class _Server:
                     recorder.time_ran_out()  # as in the simulator, nothing arriving after max_time is used
                     break
                 self.busy[worker] = False
-                job = self.job_of.get(worker, PLAIN)
-                received = job_results.receive(job, self.received[HEADER:], self.dim, worker, k_at, self.seed)
-                self.computed[worker] += job.gradients
-                self.gradients += job.gradients
-                recorder.deliver(worker, received, k_at, time, self.gradients, self.assign)
+                job, done = self.job_of.get(worker, PLAIN), int(self.received[HEADER])
+                received = job_results.receive(job, self.received[GRAD_HEADER:], self.dim, worker, k_at, self.seed)
+                self.computed[worker] += done
+                self.gradients += done
+                recorder.deliver(worker, received, k_at, time, self.gradients, self.assign, done)
         except _RunFailed as failure:
             return str(failure)
         except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
@@ -345,7 +346,7 @@ def _work(comm, problem, timing, settings, worker, streams):
     noise, tau_rng = streams
     unit, seed = settings.time_unit, settings.seed
     status, sends = MPI.Status(), _Sends()
-    job = deadline = task = None
+    job = deadline = task = done = None
     failed = False
 
     def report(failure):  # once: the server then stops every worker and tells every rank
@@ -359,8 +360,8 @@ def _work(comm, problem, timing, settings, worker, streams):
         if message is None:  # the job's time is up: compute and send
             try:
                 if not failed:
-                    sent = job_results.compute(problem, task, job[JOB_HEADER:], noise, worker, int(job[1]), seed)
-                    sends.send(comm, _pack(job[0], job[1], sent), 0, ASGD_GRAD)
+                    sent = job_results.compute(problem, task, job[JOB_HEADER:], noise, worker, int(job[1]), seed, done)
+                    sends.send(comm, _pack(job[0], job[1], sent, [done]), 0, ASGD_GRAD)
             except Exception as failure:  # noqa: BLE001 - the server tells every rank
                 failed = report(failure)
             job = None
@@ -371,9 +372,10 @@ def _work(comm, problem, timing, settings, worker, streams):
         job = np.empty(JOB_HEADER + problem.dim)
         message.Recv(job)
         task, tau = Job.from_header(job[HEADER:JOB_HEADER - 1]), 0.0
+        done = task.gradients
         if not failed:
             try:
-                tau = timing.job_time(worker + 1, task, tau_rng, start=float(job[JOB_HEADER - 1]))
+                tau, done = timing.price(worker + 1, task, tau_rng, start=float(job[JOB_HEADER - 1]))
             except Exception as failure:  # noqa: BLE001 - a tau model failing on this worker only
                 failed = report(failure)
         deadline = clock.monotonic() + (tau * unit if tau < math.inf else 1e12)

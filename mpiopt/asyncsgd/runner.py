@@ -47,10 +47,12 @@ class Recorder:
         if self.trace is not None:
             self.trace.append([float(time), int(worker), int(k_at), bool(accepted)])
 
-    def deliver(self, worker, grad, k_at, time, gradients, assign):
+    def deliver(self, worker, grad, k_at, time, gradients, assign, finished=1):
         """Hand one arriving gradient to the method, ``assign`` whom it (re)starts, note the arrival and
-        evaluate (``gradients``: the count with this one)."""
+        evaluate (``gradients``: the count with this one; ``finished``: how many gradients the arriving job's
+        result sums, which the method reads as ``method.finished``)."""
         method = self.method
+        method.finished = finished
         accepted_before = int(method.accepted[worker])
         assign(method.arrive(worker, grad, k_at))
         self.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)

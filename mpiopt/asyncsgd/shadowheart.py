@@ -196,7 +196,7 @@ class ShadowheartSGD(Method):
     def arrive(self, worker, grad, k_at):
         if k_at != self.k:  # every round restarts every worker: a runtime bug
             raise RuntimeError(f"shadowheart: worker {worker} sent step {k_at}'s messages at step {self.k}")
-        self.received[worker] = grad
+        self.received[worker] = np.array(grad)  # kept past the runtime's receive buffer
         self.accepted[worker] += int(self.b[worker])
         if len(self.received) < self.participants:
             return ()

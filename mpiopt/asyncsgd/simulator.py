@@ -241,6 +241,7 @@ class Simulation:
         tau_model = timing.plain_model()
         self.problem, self.method, self.tau_model, self.settings = problem, method, tau_model, settings
         self.timing, self.jobs = timing, {}  # with a method's own jobs: worker -> its current Job
+        self.done = {}  # worker -> how many of its job's gradients will finish (a job of trials: not all)
         self.numbers = np.arange(1, n + 1)
         self.fixed = tau_model.fixed
         self.means = tau_model.mean(self.numbers) if self.fixed else None
@@ -283,8 +284,8 @@ class Simulation:
         """``assign(plan)`` for a method with its own jobs: each started worker's job (``method.job``) priced
         by the timing model, drawing random compute times from the run's stream in start order; a worker
         whose job is None is left idle, one whose job can never end stays busy without an event."""
-        queue, method, timing, jobs, own, cancelled = self.queue, self.method, self.timing, self.jobs, \
-            self.own, self.cancelled
+        queue, method, timing, jobs, own, cancelled, done = self.queue, self.method, self.timing, self.jobs, \
+            self.own, self.cancelled, self.done
 
         def assign(plan):
             for worker in (range(method.n_workers) if plan is ALL else plan):
@@ -295,7 +296,7 @@ class Simulation:
                     jobs.pop(worker, None)
                     own.pop(worker, None)
                     continue
-                tau = timing.job_time(worker + 1, job, self.tau_rng, start=self.now[0])
+                tau, done[worker] = timing.price(worker + 1, job, self.tau_rng, start=self.now[0])
                 if tau == np.inf:
                     was_busy = queue.cancel(worker)
                     queue.busy[worker] = True  # busy for ever: it never ends
@@ -333,12 +334,12 @@ class Simulation:
             if jobs is None:
                 grad, count = problem.worker_grad(worker, point, noise[worker]), 1
             else:
-                job = jobs.pop(worker)
-                sent = job_results.compute(problem, job, point, noise[worker], worker, k_at, seed)
-                grad, count = job_results.receive(job, sent, dim, worker, k_at, seed), job.gradients
+                job, count = jobs.pop(worker), self.done.pop(worker)
+                sent = job_results.compute(problem, job, point, noise[worker], worker, k_at, seed, count)
+                grad = job_results.receive(job, sent, dim, worker, k_at, seed)
             computed[worker] += count
             gradients += count
-            recorder.deliver(worker, grad, k_at, now[0], gradients, assign)
+            recorder.deliver(worker, grad, k_at, now[0], gradients, assign, count)
             if checkpoint is not None:
                 self.gradients = gradients
                 if checkpoint.after_event(self, recorder):

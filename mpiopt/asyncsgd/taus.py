@@ -11,6 +11,8 @@ every gradient from one standard variate:
 ``exponential`` Exp with mean sqrt(i), per gradient             random
 ``lognormal``  sqrt(i) exp(s Z - s^2/2), Z ~ N(0,1), s = sigma   random   (option sigma, default 0.5)
 ``ringmaster`` 1 + sqrt(i) + |N(0, i + 1)|, per gradient        random   (the Ringmaster paper's setting)
+``pareto``     sqrt(i) (1 + Lomax(alpha)), per gradient         random   (heavy tails: infinite variance for
+                                                                          alpha <= 2; option alpha, default 1.5)
 ``real``       the gradient's real computing time (MPI only)    -
 =============  ==============================================  =========
 
@@ -70,13 +72,39 @@ class TauModel:
     def describe(self):
         return self.name
 
+    def cdf(self, workers, t):
+        """P(tau <= t) per worker (fixed: 1 from the mean on)."""
+        return (self.mean(workers) <= t).astype(np.float64)
+
+    def quantile(self, workers, q):
+        """The smallest t with P(tau <= t) >= q, per worker, by bisection on :meth:`cdf`."""
+        workers = np.asarray(workers)
+        lo, hi = np.zeros(workers.shape), np.maximum(self.mean(workers), 1e-300)
+        while np.any(self.cdf(workers, hi) < q):
+            hi = np.where(self.cdf(workers, hi) < q, 2 * hi, hi)
+        for _ in range(200):
+            mid = 0.5 * (lo + hi)
+            below = self.cdf(workers, mid) < q
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        return hi
+
 
 class Formula(TauModel):
     """tau = offset(i) + scale(i) * transform(standard variate); mean(i) is its expectation."""
 
-    def __init__(self, name, mean, variate=None, offset=None, scale=None, transform=None):
+    def __init__(self, name, mean, variate=None, offset=None, scale=None, transform=None, transform_cdf=None):
         self.name, self._mean, self.variate = name, mean, variate
         self._offset, self._scale, self._transform = offset, scale, transform
+        self._transform_cdf = transform_cdf  # P(transform(variate) <= y): the random model's cdf
+
+    def cdf(self, workers, t):
+        if self.variate is None:
+            return super().cdf(workers, t)
+        if self._transform_cdf is None:
+            raise ValueError(f"compute-time model {self.name} has no distribution function")
+        workers = np.asarray(workers, dtype=np.float64)
+        y = (t - self._offset(workers)) / self._scale(workers)
+        return np.where(y < 0, 0.0, self._transform_cdf(np.maximum(y, 0.0)))
 
     def mean(self, workers):
         return self._mean(np.asarray(workers, dtype=np.float64))
@@ -129,21 +157,45 @@ LOGNORMAL_SIGMA = 0.5
 _zero = np.zeros_like
 
 
+def _normal_cdf(z):
+    from scipy.special import ndtr
+    return ndtr(z)
+
+
 def _lognormal(sigma=LOGNORMAL_SIGMA):
     name = "lognormal" if sigma == LOGNORMAL_SIGMA else f"lognormal(sigma={sigma:g})"
-    return Formula(name, np.sqrt, "normal", _zero, np.sqrt, lambda z: np.exp(sigma * z - sigma ** 2 / 2))
+
+    def cdf(y):
+        with np.errstate(divide="ignore"):
+            return _normal_cdf((np.log(y) + sigma ** 2 / 2) / sigma) if sigma > 0 else (y >= 1).astype(float)
+    return Formula(name, np.sqrt, "normal", _zero, np.sqrt, lambda z: np.exp(sigma * z - sigma ** 2 / 2), cdf)
+
+
+PARETO_ALPHA = 1.5
+
+
+def _pareto(alpha=PARETO_ALPHA):
+    """sqrt(i) (1 + Y), Y ~ Lomax(alpha) = exp(E / alpha) - 1 with E ~ Exp(1): P(Y > y) = (1 + y)^(-alpha)."""
+    name = "pareto" if alpha == PARETO_ALPHA else f"pareto(alpha={alpha:g})"
+    mean = (lambda i: np.sqrt(i) * alpha / (alpha - 1)) if alpha > 1 else (lambda i: np.full(np.shape(i), np.inf))
+    return Formula(name, mean, "exponential", np.sqrt, np.sqrt, lambda e: np.expm1(e / alpha),
+                   lambda y: -np.expm1(-alpha * np.log1p(y)))
 
 
 register("tau-model", "constant", lambda: Formula("constant", lambda i: np.ones_like(i)))
 register("tau-model", "sqrt", lambda: Formula("sqrt", np.sqrt))
 register("tau-model", "linear", lambda: Formula("linear", lambda i: i.copy()))
 register("tau-model", "exponential",
-         lambda: Formula("exponential", np.sqrt, "exponential", _zero, np.sqrt, lambda e: e))
+         lambda: Formula("exponential", np.sqrt, "exponential", _zero, np.sqrt, lambda e: e, lambda y: -np.expm1(-y)))
 register("tau-model", "lognormal", _lognormal, options=Options(
     Option("sigma", float, LOGNORMAL_SIGMA, "s, the spread of log tau (the mean stays sqrt(i))", low=0)))
 register("tau-model", "ringmaster",
          lambda: Formula("ringmaster", lambda i: 1 + np.sqrt(i) + np.sqrt(2 * (i + 1) / math.pi), "normal",
-                         lambda i: 1 + np.sqrt(i), lambda i: np.sqrt(i + 1), np.abs))
+                         lambda i: 1 + np.sqrt(i), lambda i: np.sqrt(i + 1), np.abs,
+                         lambda y: 2 * _normal_cdf(y) - 1))
+register("tau-model", "pareto", _pareto, options=Options(
+    Option("alpha", float, PARETO_ALPHA, "the tail index: P(tau > t) ~ t^(-alpha) (mean finite above 1, variance "
+                                         "above 2)", low=0, low_open=True)))
 register("tau-model", "real", RealWork)
 TAU_MODELS = names("tau-model")
 

@@ -100,8 +100,13 @@ class Timing:
         """The duration of ``job`` (a :class:`.jobs.Job`) on worker ``number`` (1-based) started at ``start``,
         drawing its random compute times from ``rng``; inf when it can never finish (every attempt over its
         budget, or no power left)."""
+        return self.price(number, job, rng, dim, start)[0]
+
+    def price(self, number, job, rng, dim=None, start=0.0):
+        """(duration, gradients finished) of ``job``: :meth:`job_time`, and how many of its gradients end
+        (all of them, but for a job of trials: those within the budget)."""
         index, dim = number - 1, self.dim if dim is None else dim
-        compute = 0.0 if self.compute.real else _compute_time(self.compute, number, job, rng)
+        compute, done = (0.0, job.gradients) if self.compute.real else _compute_time(self.compute, number, job, rng)
         down = up = 0.0
         if self.communicates:
             down = self.download_per_coordinate()[index] * dim
@@ -110,8 +115,8 @@ class Timing:
             began = start + down
             compute = self.traces[index].finish(began, compute) - began
         if not self.communicates:
-            return compute
-        return float(compute + (down + up))  # the same sum as the default job's Shifted model
+            return compute, done
+        return float(compute + (down + up)), done  # the same sum as the default job's Shifted model
 
     def describe(self):
         parts = [f"compute {self.compute.describe()}"]
@@ -122,16 +127,26 @@ class Timing:
 
 
 def _compute_time(model, number, job, rng):
+    """(compute time, gradients finished) of ``job`` on worker ``number``."""
     workers = np.array([number])
     if job.budget is None:
         if model.fixed:
-            return float(model.mean(workers)[0]) * job.gradients
+            return float(model.mean(workers)[0]) * job.gradients, job.gradients
         total = 0.0
         for _ in range(job.gradients):
             total += float(model.draw(workers, rng)[0])
-        return total
+        return total, job.gradients
+    if job.trials:  # b attempts, one draw each: those over the budget cost it and are given up
+        total, done = 0.0, 0
+        for _ in range(job.gradients):
+            tau = float(model.draw(workers, rng)[0])
+            if tau <= job.budget:
+                total, done = total + tau, done + 1
+            else:
+                total += job.budget
+        return total, done
     if model.fixed and float(model.mean(workers)[0]) > job.budget:
-        return math.inf  # every attempt runs over: the job never ends
+        return math.inf, job.gradients  # every attempt runs over: the job never ends
     total = 0.0
     for _ in range(job.gradients):
         while True:
@@ -140,7 +155,7 @@ def _compute_time(model, number, job, rng):
                 total += tau
                 break
             total += job.budget
-    return total
+    return total, job.gradients
 
 
 class Shifted(TauModel):

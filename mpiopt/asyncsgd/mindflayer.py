@@ -1,0 +1,164 @@
+"""MindFlayer SGD (Maranjyan, Shaikh Omar and Richtarik, "MindFlayer SGD: efficient parallel SGD in the
+presence of heterogeneous and random worker compute times", UAI 2025).
+
+When compute times are random with heavy tails, Rennala waits for the rare
+very long gradient.  MindFlayer gives every attempt a time budget t_i: an
+attempt that runs over it is given up.  Every round:
+
+    worker i:  B_i attempts at x_k, one after another, each given up after t_i;
+               g_i = the sum of the gradients that finished in time
+    server:    x_{k+1} = x_k - gamma (sum_i g_i) / (sum_i p_i B_i),    p_i = P(tau_i <= t_i)
+
+E[g_i] = p_i B_i grad f, so the step is unbiased.  An attempt costs
+c_i = E min(tau_i, t_i) = integral_0^t_i P(tau_i > s) ds on average, so a
+kept gradient costs c_i / p_i: the method is Rennala with those effective
+times, and its time is Rennala's formula with tau_i replaced by c_i / p_i
+(constants dropped, :mod:`.theory`).
+
+Parameters (the defaults):
+
+* t_i: the ``quantile`` q of worker i's compute time (None: the q of 0.05,
+  0.10, ..., 0.95, 0.99 with the smallest c_i / p_i, worker by worker);
+* B_i = floor(t / c_i) for the smallest t with sum_i p_i floor(t / c_i) >= S,
+  S = ``batch`` (None: max(1, ceil(sigma^2/eps))): the workers' expected
+  kept gradients reach S at the same time, Rennala's equilibrium;
+* gamma = min(1/(2L), eps S / (4 L sigma^2)), Rennala's.
+
+With fixed times every attempt finishes (t_i = tau_i, p_i = 1) and the
+method is a synchronous Rennala with its B_i planned ahead.  Per round the
+server receives n vectors and sends x_{k+1} to the n workers; the workers'
+sums are added in worker order, so MPI ranks give the simulator's bits.
+"""
+import heapq
+
+import numpy as np
+
+from ..core.options import Option, Options
+from ..core.registry import register
+from . import theory
+from .base import ALL, Method
+from .jobs import Job
+
+QUANTILES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9,
+             0.95, 0.99)
+
+
+def attempt_cost(model, number, budget, points=4097):
+    """c = E min(tau, budget) = integral_0^budget P(tau > s) ds for worker ``number`` (Simpson's rule)."""
+    s = np.linspace(0.0, budget, points)
+    survival = 1 - model.cdf(np.full(points, number), s)
+    weights = np.ones(points)
+    weights[1:-1:2], weights[2:-1:2] = 4, 2
+    return float(budget / (points - 1) / 3 * np.sum(weights * survival))
+
+
+def budgets(model, n_workers, quantile=None):
+    """(t, p, c) per worker: budgets, probabilities of finishing within them, expected attempt costs."""
+    numbers = np.arange(1, n_workers + 1)
+    if model.fixed:
+        t = model.mean(numbers).astype(np.float64)
+        return t, np.ones(n_workers), t.copy()
+    choices = (quantile,) if quantile is not None else QUANTILES
+    best_t, best_p, best_c = np.empty(n_workers), np.empty(n_workers), np.empty(n_workers)
+    for i, number in enumerate(numbers):
+        best = None
+        for q in choices:
+            t = float(model.quantile(np.array([number]), q)[0])
+            p = float(model.cdf(np.array([number]), t)[0])
+            c = attempt_cost(model, number, t)
+            if best is None or c / p < best[2] / best[1]:
+                best = (t, p, c)
+        best_t[i], best_p[i], best_c[i] = best
+    return best_t, best_p, best_c
+
+
+def trials(p, c, batch):
+    """B_i = floor(t / c_i) for the smallest t with sum_i p_i floor(t / c_i) >= batch."""
+    heap = [(float(ci), i) for i, ci in enumerate(c)]
+    heapq.heapify(heap)
+    counts, kept = np.zeros(len(c), dtype=np.int64), 0.0
+    while True:
+        t, i = heapq.heappop(heap)
+        counts[i] += 1
+        kept += p[i]
+        while heap and heap[0][0] == t:  # every worker whose next attempt ends at the same t
+            _, j = heapq.heappop(heap)
+            counts[j] += 1
+            kept += p[j]
+            heapq.heappush(heap, ((counts[j] + 1) * float(c[j]), j))
+        if kept >= batch * (1 - 1e-12):
+            return counts
+        heapq.heappush(heap, ((counts[i] + 1) * float(c[i]), i))
+
+
+@register("asyncsgd-method", "mindflayer")
+class MindFlayerSGD(Method):
+    name = "mindflayer"
+    uses_jobs = True
+    options = Options(
+        Option("quantile", float, None, "t_i is the q-quantile of worker i's compute time (None: the q with the "
+                                        "smallest expected time per kept gradient)", low=0, low_open=True, high=1),
+        Option("batch", int, None, "S: the kept gradients expected per step (None: max(1, ceil(sigma^2/eps)))",
+               low=1))
+
+    @classmethod
+    def timing_options(cls, values, problem, epsilon, timing):
+        batch = values["batch"] or theory.default_batch(problem.sigma2, epsilon)
+        t, p, c = budgets(timing.compute, timing.n_workers, values["quantile"])
+        return {"quantile": values["quantile"], "batch": batch, "budgets": t, "probabilities": p, "costs": c}
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        return theory.default_step_size("rennala", n_workers, problem.L, problem.sigma2, epsilon,
+                                        batch=values["batch"])
+
+    def __init__(self, x0, n_workers, step_size, quantile, batch, budgets, probabilities, costs):
+        super().__init__(x0, n_workers, step_size)
+        self.quantile, self.batch_size = quantile, int(batch)
+        self.budgets, self.probabilities = np.asarray(budgets, float), np.asarray(probabilities, float)
+        self.costs = np.asarray(costs, float)
+        self.trials = trials(self.probabilities, self.costs, self.batch_size)
+        self.normaliser = float(np.sum(self.probabilities * self.trials))
+        self.participants = int(np.count_nonzero(self.trials))
+        self.jobs = [Job(int(b), budget=float(t), trials=True) if b else None
+                     for b, t in zip(self.trials, self.budgets)]
+        self.received = {}
+
+    def parameters(self):
+        return {"step_size": self.step_size, "batch": self.batch_size, "quantile": self.quantile,
+                "budgets": self.budgets.tolist(), "probabilities": self.probabilities.tolist(),
+                "trials": self.trials.tolist()}
+
+    def predicted(self, problem, timing, epsilon):
+        effective = self.costs / self.probabilities
+        return {"mindflayer": theory.predicted_times(effective, problem.sigma2, epsilon, problem.L,
+                                                     problem.Delta)["rennala"]}
+
+    def state(self, skip=()):
+        arrays, values = super().state(skip=("jobs", "budgets", "probabilities", "costs", "trials", "received",
+                                             *skip))
+        values["received"] = sorted(self.received)
+        arrays.update({f"received_{i}": v for i, v in self.received.items()})
+        return arrays, values
+
+    def load_state(self, arrays, values):
+        values, arrays = dict(values), dict(arrays)
+        self.received = {int(i): np.array(arrays.pop(f"received_{i}")) for i in values.pop("received")}
+        super().load_state(arrays, values)
+
+    def job(self, worker):
+        return self.jobs[worker]
+
+    def arrive(self, worker, grad, k_at):
+        if k_at != self.k:
+            raise RuntimeError(f"mindflayer: worker {worker} sent step {k_at}'s sum at step {self.k}")
+        self.received[worker] = np.array(grad)  # kept past the runtime's receive buffer
+        self.accepted[worker] += self.finished  # the attempts that finished within the budget
+        if len(self.received) < self.participants:
+            return ()
+        total = np.zeros(self.x.size)
+        for i in sorted(self.received):
+            total += self.received[i]
+        self._step(total / self.normaliser, self.step_size)
+        self.received = {}
+        return ALL

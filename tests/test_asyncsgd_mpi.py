@@ -54,6 +54,8 @@ ORDER_CASES = {
     "rennala-no-restart": dict(method="rennala", batch=2, restart=False),
     "rennala": dict(method="rennala", batch=2, restart=True),
     "malenia": dict(method="malenia", batch=4),
+    "asgd-qsgd4": dict(method="asgd", compressor="qsgd4"),
+    "minibatch-randomk": dict(method="minibatch", compressor="randomk", coordinates=2),
 }
 
 

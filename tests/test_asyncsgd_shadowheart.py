@@ -206,3 +206,35 @@ def test_shadowheart_on_mpi_ranks_gives_the_simulators_iterates(comm):
     assert run.info["workers"]["accepted"] == simulated.info["workers"]["accepted"]
     if n > 1:
         assert run.info["workers"]["computed"][-1] == 0  # the slow link never takes part: nobody waits for it
+
+
+# -- the compressed baselines: Minibatch SGD with Random-K or QSGD uploads ------------------------------------
+@pytest.mark.parametrize("compressor", ["randomk", "qsgd8", "qsgd4"])
+def test_compressed_minibatch_is_minibatch_with_its_uploads_compressed(compressor):
+    from mpiopt.compression import get_compressor
+    n, rounds, d = 4, 6, 40
+    compute, upload = [1.0, 1.25, 1.5, 2.0], [0.01, 0.02, 0.03, 0.04]
+    result = async_sgd("quadratic", comm=SELF, problem_options={"dim": d, "noise": 0.5}, seed=SEED, method="minibatch",
+                       compressor=compressor, coordinates=5, tau=compute, upload=upload, n_workers=n,
+                       max_steps=rounds, stop_at_epsilon=False)
+    problem = get_problem("quadratic", dim=d, noise=0.5, seed=SEED)
+    noise = [random_stream(SEED, "asyncsgd-gradient", i) for i in range(n)]
+    x, gamma, end = problem.x0(), result.info["parameters"]["step_size"], 0.0
+    for k in range(rounds):
+        total = np.zeros(d)
+        for i in range(n):  # they finish in worker order
+            g = problem.stochastic_grad(x, noise[i])
+            if compressor == "randomk":
+                idx = np.sort(random_stream(SEED, "randomk", f"asyncsgd-w{i}-k{k}", 0).choice(d, 5, replace=False))
+                decoded, words = np.zeros(d), 5
+                decoded[idx] += g[idx] * (d / 5)
+            else:
+                quantizer = get_compressor("qsgd", bits=int(compressor[-1]), seed=SEED, worker=i)
+                payload, ctx = quantizer.compress(g, name=f"asyncsgd-k{k}", step=0)
+                decoded, words = quantizer.decompress(payload, ctx), ctx.payload_bytes / 8
+            total += decoded
+        x = x - gamma * (total / n)
+        end += max(compute[i] + upload[i] * words for i in range(n))  # K values, or the QSGD payload's words
+    np.testing.assert_array_equal(result.x, x)
+    assert result.time == pytest.approx(end, rel=1e-12)
+    assert result.info["parameters"]["compressor"] == compressor

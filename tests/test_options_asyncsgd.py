@@ -43,8 +43,11 @@ def test_every_built_in_piece_declares_options_with_help_and_a_valid_default(kin
 def test_the_declarations_name_what_each_piece_takes():
     assert list(registry.options("asyncsgd-method", "rennala")) == ["batch", "restart"]
     assert list(registry.options("asyncsgd-method", "ringmaster")) == ["threshold", "stop_computations"]
-    assert list(registry.options("asyncsgd-method", "asgd")) == ["delay_adaptive"]
-    assert list(registry.options("asyncsgd-method", "minibatch")) == []
+    assert list(registry.options("asyncsgd-method", "asgd")) == ["delay_adaptive", "compressor", "coordinates"]
+    assert list(registry.options("asyncsgd-method", "minibatch")) == ["compressor", "coordinates"]
+    assert list(registry.options("asyncsgd-method", "shadowheart")) == ["coordinates"]
+    assert list(registry.options("asyncsgd-method", "mindflayer")) == ["quantile", "batch"]
+    assert list(registry.options("asyncsgd-method", "malenia")) == ["batch"]
     assert list(registry.options("asyncsgd-problem", "quadratic")) == ["dim", "noise", "L", "mu"]
     assert list(registry.options("asyncsgd-problem", "mlp")) == ["dataset", "batch_size", "alpha", "hidden"]
     assert list(registry.options("tau-model", "lognormal")) == ["sigma"]

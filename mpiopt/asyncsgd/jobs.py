@@ -12,6 +12,11 @@ more (``Method.job(worker)``) gives a :class:`Job`:
   ``random_stream(seed, "randomk", f"asyncsgd-w{worker}-k{step}", j)`` for
   message j of the job computed at step ``step``: the server rebuilds them,
   so only the K values of each message travel;
+* ``quantize`` 8 or 4 (with no messages): the sum is uploaded as one QSGD
+  message (mpiopt.compression's ``qsgd``: l2 norm per bucket of 512, the
+  rounding noise keyed by the run's seed, the worker and the step), its
+  payload bytes travelling as they are; the timing model prices it as
+  bytes / 8 coordinates;
 * ``budget``: each gradient's attempt is abandoned when it would run longer
   than this and begun anew; only its time changes;
 * ``trials`` with a budget: the b gradients are b attempts, and an attempt
@@ -28,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compression.base import pack, unpack
+from ..compression.qsgd import QSGD
 from ..compression.randomk import RandomK
 
 
@@ -38,6 +45,7 @@ class Job:
     coordinates: int = 0      # K, the coordinates of each message (with messages >= 1)
     budget: float = None      # an attempt longer than this is abandoned and begun anew (None: no budget)
     trials: bool = False      # with a budget: b attempts, those over it given up (not begun anew)
+    quantize: int = 0         # 8 or 4: the sum uploaded as one QSGD message of that many bits a level
 
     def __post_init__(self):
         if int(self.gradients) < 1 or int(self.messages) < 0:
@@ -48,6 +56,8 @@ class Job:
             raise ValueError(f"a job's budget must be > 0, got {self.budget!r}")
         if self.trials and self.budget is None:
             raise ValueError("a job of trials needs a budget")
+        if self.quantize not in (0, 4, 8) or (self.quantize and self.messages):
+            raise ValueError(f"a job quantizes to 8 or 4 bits, without Random-K messages, got {self}")
 
     @property
     def plain(self):
@@ -55,14 +65,22 @@ class Job:
         return self == PLAIN
 
     def as_header(self):
-        """The job as five float64 (b, m, K, budget or NaN, trials) for an MPI message."""
+        """The job as six float64 (b, m, K, budget or NaN, trials, quantize) for an MPI message."""
         return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget,
-                float(self.trials)]
+                float(self.trials), self.quantize]
 
     @classmethod
     def from_header(cls, values):
-        b, m, k, budget, trials = (float(v) for v in values)
-        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials))
+        b, m, k, budget, trials, bits = (float(v) for v in values)
+        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials), int(bits))
+
+    def uploaded(self, dim):
+        """What the upload costs, in coordinates (float64 values): m K, the QSGD payload's bytes / 8, or d."""
+        if self.messages:
+            return self.messages * self.coordinates
+        if self.quantize:
+            return _qsgd(self.quantize, 0).payload_bytes(dim, np.float64) / 8
+        return dim
 
     def to_dict(self):
         return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
@@ -78,6 +96,19 @@ def _randomk(coordinates, seed):
     if key not in _COMPRESSORS:
         _COMPRESSORS[key] = RandomK(k=int(coordinates), seed=int(seed))
     return _COMPRESSORS[key]
+
+
+def _qsgd(bits, seed):
+    key = ("qsgd", int(bits), int(seed))
+    if key not in _COMPRESSORS:
+        _COMPRESSORS[key] = QSGD(bits=int(bits), seed=int(seed))
+    return _COMPRESSORS[key]
+
+
+def _qsgd_context(job, dim, worker, step, seed):
+    compressor = _qsgd(job.quantize, seed)
+    compressor.worker = int(worker)  # the worker's own rounding noise
+    return compressor, compressor.context((dim,), np.float64, f"asyncsgd-k{int(step)}", 0)
 
 
 def _contexts(job, dim, worker, step, seed):
@@ -97,6 +128,12 @@ def compute(problem, job, x, noise, worker, step, seed, done=None):
         total = problem.worker_grad(worker, x, noise)
     for _ in range(done - 1):
         total = total + problem.worker_grad(worker, x, noise)
+    if job.quantize:
+        compressor, ctx = _qsgd_context(job, total.size, worker, step, seed)
+        packed = pack(compressor.encode(total, ctx))
+        padded = np.zeros(-(-packed.size // 8) * 8, dtype=np.uint8)
+        padded[:packed.size] = packed
+        return padded.view(np.float64)  # the payload's bytes, carried as float64 words
     if not job.messages:
         return total
     compressor, contexts = _contexts(job, total.size, worker, step, seed)
@@ -105,6 +142,10 @@ def compute(problem, job, x, noise, worker, step, seed, done=None):
 
 def receive(job, sent, dim, worker, step, seed):
     """The server's part: the dense vector of what :func:`compute` sent (sum_j C_j(sum of the gradients))."""
+    if job.quantize:
+        compressor, ctx = _qsgd_context(job, dim, worker, step, seed)
+        payload = unpack(np.ascontiguousarray(sent).view(np.uint8)[:ctx.payload_bytes], ctx)
+        return compressor.decompress(payload, ctx)
     if not job.messages:
         return sent
     compressor, contexts = _contexts(job, dim, worker, step, seed)
@@ -115,5 +156,7 @@ def receive(job, sent, dim, worker, step, seed):
 
 
 def sent_size(job, dim):
-    """The float64 values a job's result sends: m K, or d when dense."""
+    """The float64 values a job's result sends: m K, the QSGD payload's words, or d when dense."""
+    if job.quantize:
+        return -(-_qsgd(job.quantize, 0).payload_bytes(dim, np.float64) // 8)
     return job.messages * job.coordinates if job.messages else dim

@@ -58,7 +58,7 @@ from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
-JOB_HEADER = HEADER + 6  # and the job: b, m, K, budget (NaN: none), trials, its start in compute-time units
+JOB_HEADER = HEADER + 7  # the job (b, m, K, budget or NaN, trials, quantize), its start in compute-time units
 GRAD_HEADER = HEADER + 1  # and how many of the job's gradients finished
 NOTHING = np.empty(0, dtype=np.uint8)
 

@@ -18,6 +18,7 @@ from ..core.settings import Settings, is_integer, is_number
 from .asgd import AsynchronousSGD
 from .rennala import RennalaSGD
 from .ringmaster import RingmasterASGD
+from .uploads import COMPRESSORS
 
 RUNTIMES = ("simulator", "mpi")
 
@@ -34,7 +35,7 @@ def _declared(method, name):
 @dataclasses.dataclass(frozen=True)
 class AsyncSGDSettings(Settings):
     label = "async-sgd"
-    choices = {"runtime": RUNTIMES}
+    choices = {"runtime": RUNTIMES, "compressor": lambda: [c for c in COMPRESSORS if c]}
 
     method: str = "rennala"        # minibatch, asgd, rennala or ringmaster (registry kind "asyncsgd-method")
     runtime: str = "simulator"     # "simulator" (virtual clock) or "mpi" (rank 0 serves, ranks 1.. work)
@@ -55,6 +56,9 @@ class AsyncSGDSettings(Settings):
     stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
     delay_adaptive: bool = _declared(AsynchronousSGD, "delay_adaptive")  # ASGD: gamma_k = min(gamma, 1/(2L delay_k))
     restart: bool = _declared(RennalaSGD, "restart")  # Rennala: after a step every worker restarts at the new point
+    compressor: str = None         # minibatch, asgd: upload compressed (randomk, qsgd8, qsgd4; None: dense)
+    coordinates: int = None        # shadowheart, and randomk uploads: K coordinates a message (None: max(1, d // 100))
+    quantile: float = None         # mindflayer: an attempt's budget is this quantile of the compute time (None: best)
     max_steps: int = None          # stop after this many steps (None: no cap)
     max_gradients: int = 10000000  # stop after this many gradients have arrived at the server (None: no cap)
     max_time: float = None         # stop at this time, in compute-time units (None: no cap)
@@ -97,6 +101,12 @@ class AsyncSGDSettings(Settings):
             (_positive_or_none(self.step_size), f"step_size must be None or a number > 0, got {self.step_size!r}"),
             (self.batch is None or (integer(self.batch) and self.batch >= 1),
              f"batch must be None or an integer >= 1, got {self.batch!r}"),
+            (self.compressor in COMPRESSORS,
+             f"compressor must be one of {', '.join(str(c) for c in COMPRESSORS)}, got {self.compressor!r}"),
+            (self.coordinates is None or (integer(self.coordinates) and self.coordinates >= 1),
+             f"coordinates must be None or an integer >= 1, got {self.coordinates!r}"),
+            (self.quantile is None or (number(self.quantile) and 0 < self.quantile <= 1),
+             f"quantile must be None or a number in (0, 1], got {self.quantile!r}"),
             (threshold is None or (integer(threshold) and threshold >= 1) or threshold == math.inf,
              f"threshold must be None, an integer >= 1 or inf, got {threshold!r}"),
             *[(isinstance(getattr(self, name), bool), f"{name} must be True or False, got {getattr(self, name)!r}")

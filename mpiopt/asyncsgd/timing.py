@@ -110,7 +110,7 @@ class Timing:
         down = up = 0.0
         if self.communicates:
             down = self.download_per_coordinate()[index] * dim
-            up = self.upload_per_coordinate()[index] * (job.messages * job.coordinates if job.messages else dim)
+            up = self.upload_per_coordinate()[index] * job.uploaded(dim)
         if self.time_varying and compute < math.inf:  # compute at the worker's power, after the download
             began = start + down
             compute = self.traces[index].finish(began, compute) - began

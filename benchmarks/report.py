@@ -394,10 +394,43 @@ def kernels_tables(result):
     return "\n".join(lines)
 
 
+def _fmt(value, spec=".4g"):
+    return "not reached" if value is None else format(value, spec)
+
+
+def async_sgd_papers_tables(payload):
+    """benchmarks/async_sgd_papers.py: one table per configuration."""
+    lines = ["The heterogeneous-worker papers' settings (simulator)"]
+    for config in payload.get("shadowheart", []) + payload.get("speeds", []):
+        lines.append(f"\n{config['part']}: n = {config['n']}, h {config['h']}, tau_i = sqrt(i)/d^{config['beta']}, "
+                     f"sigma^2/eps = {config['noise_ratio']:g}")
+        base = next(r["measured"] for r in config["rows"] if r["method"] == "shadowheart")
+        lines.append("| method | time to eps (theory step) | / Shadowheart | best of grid (step) | predicted |")
+        lines.append("|---|---|---|---|---|")
+        for r in config["rows"]:
+            ratio = None if r["measured"] is None or not base else r["measured"] / base
+            grid = f"{_fmt(r.get('grid_best'))} ({_fmt(r.get('grid_step'), 'g')})" if "grid_best" in r else "-"
+            lines.append(f"| {r['method']} | {_fmt(r['measured'])} | {_fmt(ratio, '.2f')} | {grid} | "
+                         f"{_fmt(r['predicted'])} |")
+    for block in payload.get("mindflayer", []):
+        lines.append(f"\nmindflayer: {block['tau']} {block['options']}, n = {block['n']}, {block['seeds']} seeds")
+        lines.append("| method | time to eps | predicted |")
+        lines.append("|---|---|---|")
+        lines += [f"| {r['method']} | {_fmt(r['measured'])} | {_fmt(r['predicted'])} |" for r in block["rows"]]
+    for block in payload.get("outages", []):
+        lines.append(f"\noutages: off {block['fraction']:g} of every 50 units, n = {block['n']}")
+        lines.append("| method | problem | time to eps | predicted (universal model) |")
+        lines.append("|---|---|---|---|")
+        lines += [f"| {r['method']} | {r['problem']} | {_fmt(r['measured'])} | {_fmt(r['predicted'])} |"
+                  for r in block["rows"]]
+    return "\n".join(lines)
+
+
 RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
              "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables,
              "train": train_tables, "federated": federated_tables,
-             "async_sgd": async_sgd_tables, "kernels": kernels_tables}
+             "async_sgd": async_sgd_tables, "async_sgd_papers": async_sgd_papers_tables,
+             "kernels": kernels_tables}
 
 
 COMPETITOR_MODULES = {"scikit-learn": "sklearn", "celer": "celer", "skglm": "skglm"}  # package: module

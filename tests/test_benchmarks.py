@@ -29,6 +29,7 @@ CASES = [
     ("federated.py", ["--part", "niid", "--seeds", "1", "--niid-rounds", "1", "--niid-epochs", "1",
                       "--byzantine-rounds", "1"], "A NIID-Bench-style study"),
     ("async_sgd.py", ["--quick"], "Heterogeneous-worker SGD on the worst-case quadratic"),
+    ("async_sgd_papers.py", ["--quick"], "The heterogeneous-worker papers' settings (simulator)"),
 ]
 
 

@@ -111,10 +111,17 @@ def _qsgd_context(job, dim, worker, step, seed):
     return compressor, compressor.context((dim,), np.float64, f"asyncsgd-k{int(step)}", 0)
 
 
+_LAST_CONTEXTS = {}  # the last job's contexts: the simulator rebuilds them at once on the server's side
+
+
 def _contexts(job, dim, worker, step, seed):
     compressor = _randomk(job.coordinates, seed)
-    name = f"asyncsgd-w{int(worker)}-k{int(step)}"
-    return compressor, [compressor.context((dim,), np.float64, name, j) for j in range(job.messages)]
+    key = (job.coordinates, job.messages, int(dim), int(worker), int(step), int(seed))
+    if key not in _LAST_CONTEXTS:
+        name = f"asyncsgd-w{int(worker)}-k{int(step)}"
+        _LAST_CONTEXTS.clear()
+        _LAST_CONTEXTS[key] = [compressor.context((dim,), np.float64, name, j) for j in range(job.messages)]
+    return compressor, _LAST_CONTEXTS[key]
 
 
 def compute(problem, job, x, noise, worker, step, seed, done=None):

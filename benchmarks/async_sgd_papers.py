@@ -1,0 +1,219 @@
+"""The heterogeneous-worker papers' settings, reproduced on the simulator: Shadowheart, MindFlayer, the universal model.
+
+    python benchmarks/async_sgd_papers.py [--part all] [--seeds 2] [--quick] [--output results/async_sgd_papers.json]
+
+Parts (``--part``):
+
+* ``shadowheart``: the Shadowheart paper's Figure 5 setting: h_i ~ U(0.1, 1)
+  (drawn once, seeded), upload tau_i = sqrt(i) / d^beta per coordinate for
+  beta in {1/2, 3/4, 1}, n in ``--workers`` workers, on the worst-case
+  quadratic (d = ``--dim``, sigma^2/eps = ``--noise-ratio``); Shadowheart
+  (Random-K, K = d/100) against Minibatch SGD, Asynchronous SGD and Rennala
+  SGD sending dense vectors and Minibatch SGD with QSGD (8 bits) and Random-K
+  (K = d/100: the paper's code's "QSGD") uploads.  Each method runs at the
+  theory's step size and at the best of the grid gamma in {2^-k} (k = 0..6,
+  by the median over the seeds);
+* ``speeds``: h_i = sqrt(i) against h_i = 1 at sigma^2/eps in {1, 10, 100},
+  beta = 3/4, the same methods at the theory's step sizes;
+* ``mindflayer``: random compute times with heavy tails (lognormal sigma in
+  {1, 2, 2.5}, Pareto alpha in {1.1, 1.5}; 16 workers, the quadratic with
+  sigma^2 = 1): MindFlayer SGD against Rennala SGD with and without restarts
+  and Asynchronous SGD;
+* ``outages``: the universal computation model: workers off for a fraction f
+  in {0, 0.3, 0.6} of every period of 50 units (staggered), Rennala and
+  Asynchronous SGD on the quadratic and Malenia SGD on the heterogeneous
+  quadratic; the measured time beside the model's recursion.
+
+Every number is the median over ``--seeds`` seeds (gradient noise and random
+times), in compute-time units, to the first evaluation with ||grad f||^2 <=
+epsilon; a run that has not reached it by its cap counts as not reached.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import report  # noqa: E402
+from common import start, write_result  # noqa: E402
+
+PARTS = ("shadowheart", "speeds", "mindflayer", "outages")
+BASELINES = [("shadowheart", {}), ("minibatch", {}), ("asgd", {}), ("rennala", {}),
+             ("minibatch", {"compressor": "qsgd8"}), ("minibatch", {"compressor": "randomk"})]
+CAP = 30                 # a baseline stops at CAP times Shadowheart's time (then: not reached)
+GRID_WORKERS = 10        # the step-size grid runs where n is at most this (the larger runs take minutes)
+PRESETS = {"full": {"seeds": 2, "dim": 1000, "workers": "10,100", "noise_ratio": 10.0, "grid": 7,
+                    "max_gradients": 5_000_000},
+           "quick": {"seeds": 1, "dim": 20, "workers": "3", "noise_ratio": 1.0, "grid": 2, "max_gradients": 3000}}
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=PARTS + ("all",), default="all")
+    parser.add_argument("--seeds", type=int, help="seeds per configuration (2)")
+    parser.add_argument("--dim", type=int, help="the worst-case quadratic's dimension (1000)")
+    parser.add_argument("--workers", help="the shadowheart part's worker counts, comma-separated (10,100)")
+    parser.add_argument("--noise-ratio", type=float, help="sigma^2 / epsilon of the shadowheart part (10)")
+    parser.add_argument("--grid", type=int, help="step sizes 2^0 .. 2^-(grid-1) tried per method (7)")
+    parser.add_argument("--max-gradients", type=int, help="a run's cap on gradient events (5e6)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
+    parser.add_argument("--output", default="results/async_sgd_papers.json")
+    args = parser.parse_args(argv)
+    for key, value in PRESETS["quick" if args.quick else "full"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.parts = PARTS if args.part == "all" else (args.part,)
+    return args
+
+
+def label(method, options):
+    if options.get("compressor") == "qsgd8":
+        return f"{method}+qsgd8"
+    if options.get("compressor") == "randomk":
+        return f"{method}+randomk"
+    if options.get("restart") is False:
+        return f"{method} (no restart)"
+    return method
+
+
+def median(values):
+    found = [v for v in values if v is not None]
+    return statistics.median(found) if len(found) == len(values) and found else None
+
+
+def run(problem, problem_options, method, options, seeds, **settings):
+    """The median time to epsilon over the seeds, and the first seed's result."""
+    from mpiopt.asyncsgd import async_sgd
+    from mpi4py import MPI
+    results = [async_sgd(problem, comm=MPI.COMM_SELF, problem_options=problem_options, method=method,
+                         method_options=options, seed=seed, **settings) for seed in range(seeds)]
+    return median([r.time_to_epsilon for r in results]), results[0]
+
+
+def shadowheart_configs(args):
+    from mpiopt.core.random import random_stream
+    for n in (int(w) for w in args.workers.split(",")):
+        h = random_stream(0, "benchmark-h").uniform(0.1, 1.0, n).tolist()
+        for beta in ((1.0,) if args.quick else (0.5, 0.75, 1.0)):
+            yield {"part": "shadowheart", "n": n, "beta": beta, "h": "U(0.1, 1)", "tau": h,
+                   "noise_ratio": args.noise_ratio, "scale": float(args.dim ** -beta)}
+
+
+def speeds_configs(args):
+    n = int(args.workers.split(",")[-1])
+    for h_name in ("sqrt", "constant"):
+        for ratio in ((1.0,) if args.quick else (1.0, 10.0, 100.0)):
+            yield {"part": "speeds", "n": n, "beta": 0.75, "h": h_name, "tau": h_name, "noise_ratio": ratio,
+                   "scale": float(args.dim ** -0.75)}
+
+
+def compare(config, args, say, grid):
+    """Every method of BASELINES at the theory's step size (and the grid's best when ``grid``)."""
+    from mpiopt.asyncsgd import get_problem
+    dim, sigma2 = args.dim, 0.01
+    problem = get_problem("worst-case", dim=dim, noise=sigma2)
+    g = problem.grad(problem.x0())
+    epsilon = sigma2 / config["noise_ratio"]
+    if epsilon > 1e-2 * float(g @ g):
+        epsilon = 1e-2 * float(g @ g)
+    common = dict(n_workers=config["n"], tau=config["tau"], upload="sqrt", upload_scale=config["scale"],
+                  epsilon=epsilon, max_gradients=args.max_gradients)
+    rows, cap = [], None
+    grid = grid and config["n"] <= GRID_WORKERS
+    for method, options in BASELINES:
+        started = time.perf_counter()
+        if cap is not None:
+            common["max_time"] = cap
+        measured, first = run("worst-case", {"dim": dim, "noise": sigma2}, method, options, args.seeds, **common)
+        if method == "shadowheart" and measured is not None:
+            cap = CAP * measured
+        row = {"method": label(method, options), "theory_step": first.info["parameters"]["step_size"],
+               "measured": measured, "predicted": first.predicted.get(method), "steps": first.steps,
+               "wall_s": time.perf_counter() - started}
+        if method == "shadowheart":
+            row.update(t_star=first.info["parameters"]["t_star"],
+                       participants=first.info["parameters"]["participants"])
+        if grid:
+            best = None
+            for k in range(args.grid):
+                gamma = 2.0 ** -k
+                value, _ = run("worst-case", {"dim": dim, "noise": sigma2}, method, options, args.seeds,
+                               step_size=gamma, **common)
+                if value is not None and (best is None or value < best[0]):
+                    best = (value, gamma)
+            row["grid_best"], row["grid_step"] = (best or (None, None))
+        rows.append(row)
+        say(f"  {config['part']} n={config['n']} beta={config['beta']} h={config['h']} "
+            f"S={config['noise_ratio']:g} {row['method']}: {row['measured']} (theory step), "
+            f"{row.get('grid_best')} (grid) [{row['wall_s']:.0f} s]")
+    return {**{k: v for k, v in config.items() if k != "tau"}, "epsilon": epsilon, "cap": cap, "rows": rows}
+
+
+def mindflayer_part(args, say):
+    models = [("lognormal", {"sigma": 1.0}), ("lognormal", {"sigma": 2.0}), ("lognormal", {"sigma": 2.5}),
+              ("pareto", {"alpha": 1.1}), ("pareto", {"alpha": 1.5})]
+    if args.quick:
+        models = models[1:2]
+    n, seeds = (4 if args.quick else 16), max(args.seeds, 1 if args.quick else 5)
+    out = []
+    for tau, tau_options in models:
+        rows = []
+        for method, options in [("mindflayer", {}), ("rennala", {}), ("rennala", {"restart": False}), ("asgd", {})]:
+            measured, first = run("quadratic", {"dim": 20, "noise": 1.0}, method, options, seeds, n_workers=n,
+                                  tau=tau, tau_options=tau_options, max_gradients=min(400000, args.max_gradients))
+            rows.append({"method": label(method, options), "measured": measured,
+                         "predicted": first.predicted.get(method)})
+        out.append({"tau": tau, "options": tau_options, "n": n, "seeds": seeds, "rows": rows})
+        say(f"  mindflayer {tau} {tau_options}: " + ", ".join(f"{r['method']} {r['measured']}" for r in rows))
+    return out
+
+
+def outages_part(args, say):
+    n, seeds = (4 if args.quick else 16), max(args.seeds, 1 if args.quick else 5)
+    out = []
+    for fraction in ((0.0, 0.6) if args.quick else (0.0, 0.3, 0.6)):
+        power = None if fraction == 0 else "outages"
+        settings = dict(n_workers=n, tau="sqrt", power=power,
+                        power_options={"period": 50.0, "fraction": fraction} if power else None,
+                        max_gradients=min(400000, args.max_gradients))
+        rows = []
+        for problem, options, method in [("quadratic", {"dim": 20, "noise": 0.1}, "rennala"),
+                                         ("quadratic", {"dim": 20, "noise": 0.1}, "asgd"),
+                                         ("heterogeneous-quadratic", {"dim": 20, "noise": 0.1, "workers": n},
+                                          "malenia")]:
+            measured, first = run(problem, options, method, {}, seeds, **settings)
+            rows.append({"method": method, "problem": problem, "measured": measured,
+                         "predicted": first.predicted.get(method), "steps": first.steps})
+        out.append({"fraction": fraction, "n": n, "seeds": seeds, "rows": rows})
+        say(f"  outages f={fraction}: " + ", ".join(f"{r['method']} {r['measured']} (pred {r['predicted']})"
+                                                   for r in rows))
+    return out
+
+
+def main(argv=None):
+    args, comm, say = start(parse_args, argv)
+    started = time.perf_counter()
+    payload = {"benchmark": "async_sgd_papers", "quick": args.quick, "parts": list(args.parts), "seeds": args.seeds,
+               "dim": args.dim}
+    if comm.rank == 0:
+        if "shadowheart" in args.parts:
+            payload["shadowheart"] = [compare(c, args, say, grid=True) for c in shadowheart_configs(args)]
+        if "speeds" in args.parts:
+            payload["speeds"] = [compare(c, args, say, grid=False) for c in speeds_configs(args)]
+        if "mindflayer" in args.parts:
+            payload["mindflayer"] = mindflayer_part(args, say)
+        if "outages" in args.parts:
+            payload["outages"] = outages_part(args, say)
+    payload["wall_s"] = time.perf_counter() - started
+    payload["machine"] = {"cores": os.cpu_count()}
+    write_result(comm, args.output, payload)
+    if comm.rank == 0:
+        print("\n" + report.render(payload), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from mpiopt.core.comm import run_collectively
+    sys.exit(run_collectively(main))

@@ -215,3 +215,20 @@ def test_communication_times_and_shadowheart_from_the_command_line(tmp_path):
     assert refused.returncode != 0 and "needs upload times per coordinate" in refused.stderr
     bad = run_one(*SMALL, "--upload", "fast", "--output", "r.json", cwd=tmp_path)
     assert bad.returncode == 2 and "expected a model name" in bad.stderr
+
+
+@pytest.mark.timeout(120)
+def test_power_models_and_the_new_methods_from_the_command_line(tmp_path):
+    """Issue 22: --power/--power-opt, Malenia on the heterogeneous quadratic, MindFlayer with --tau-opt."""
+    malenia = run_one("-m", "mpiopt", "async-sgd", "--problem", "heterogeneous-quadratic", "--dim", "10", "--workers",
+                      "8", "--method", "malenia", "--power", "outages", "--power-opt", "period=20,fraction=0.5",
+                      "--quiet", "--output", "m.json", cwd=tmp_path)
+    assert malenia.returncode == 0, malenia.stderr
+    result = json.loads((tmp_path / "m.json").read_text())
+    assert result["status"] == "converged" and "power outages(period=20, fraction=0.5)" in result["info"]["timing"]
+    flayer = run_one(*SMALL, "--method", "mindflayer", "--tau", "pareto", "--tau-opt", "alpha=1.2", "--output",
+                     "f.json", cwd=tmp_path)
+    assert flayer.returncode == 0, flayer.stderr
+    assert json.loads((tmp_path / "f.json").read_text())["info"]["tau"] == "pareto(alpha=1.2)"
+    refused = run_one(*SMALL, "--power-opt", "period=3", "--output", "r.json", cwd=tmp_path)
+    assert refused.returncode != 0 and "--power-opt goes with --power NAME" in refused.stderr

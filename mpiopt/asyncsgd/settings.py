@@ -35,7 +35,8 @@ def _declared(method, name):
 @dataclasses.dataclass(frozen=True)
 class AsyncSGDSettings(Settings):
     label = "async-sgd"
-    choices = {"runtime": RUNTIMES, "compressor": lambda: [c for c in COMPRESSORS if c]}
+    choices = {"runtime": RUNTIMES, "compressor": lambda: [c for c in COMPRESSORS if c],
+               "power": lambda: names("power-model")}
 
     method: str = "rennala"        # minibatch, asgd, rennala or ringmaster (registry kind "asyncsgd-method")
     runtime: str = "simulator"     # "simulator" (virtual clock) or "mpi" (rank 0 serves, ranks 1.. work)

@@ -62,6 +62,7 @@ def add_parser(commands):
     times.add_argument("--tau", choices=names("tau-model"), help=f"compute-time model (default {AsyncSGDSettings.tau})")
     times.add_argument("--taus", type=_times, metavar="T1,T2,...", help="fixed compute times, one per worker")
     add_options_flag(sgd, "tau-model", "tau")
+    add_options_flag(sgd, "power-model", "power")
     add_options_flag(sgd, "asyncsgd-method")
     group = sgd.add_argument_group("problem")
     group.add_argument("--problem", default="quadratic", choices=names("asyncsgd-problem"),
@@ -161,7 +162,11 @@ def run_async_sgd(args, comm):
                                                                                      args.method)
     tau_options, tau_problem = (({}, "--tau-opt goes with --tau NAME" if args.tau_opt else None)
                                 if args.tau is None else chosen_options(args, "tau-model", args.tau, "tau"))
-    check_collectively(comm, problem or tau_problem)
+    power_options, power_problem = (({}, "--power-opt goes with --power NAME" if args.power_opt else None)
+                                    if args.power is None else chosen_options(args, "power-model", args.power, "power"))
+    check_collectively(comm, problem or tau_problem or power_problem)
+    if power_options:
+        common["power_options"] = power_options
     if method_options:
         common["method_options"] = method_options
     if tau_options:

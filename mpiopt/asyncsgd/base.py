@@ -171,6 +171,52 @@ class Method:
         self.k += 1
 
 
+class RoundMethod(Method):
+    """A method of synchronous rounds with a planned job per worker (``self.jobs``, None: it sits out) and
+    ``self.participants`` workers taking part: what each sends is kept and, once all have sent, added in
+    worker order with weights ``self.weights`` (None: 1), whatever the order of arrival, so that every
+    runtime gives the same bits; the subclass steps with :meth:`round_total`.  ``planned`` names the
+    attributes rebuilt from the options (not checkpointed)."""
+
+    uses_jobs = True
+    planned = ("jobs",)
+    weights = None
+
+    def __init__(self, x0, n_workers, step_size):
+        super().__init__(x0, n_workers, step_size)
+        self.received = {}  # worker -> what it sent this round
+
+    def job(self, worker):
+        return self.jobs[worker]
+
+    def keep(self, worker, sent, k_at):
+        """Keep ``sent`` (a copy: it may be the runtime's buffer); returns True when the round is complete."""
+        if k_at != self.k:  # every round restarts every worker: a runtime bug
+            raise RuntimeError(f"{self.name}: worker {worker} sent step {k_at}'s result at step {self.k}")
+        self.received[worker] = np.array(sent)
+        return len(self.received) >= self.participants
+
+    def round_total(self):
+        """The weighted sum of the round's results in worker order; the round is emptied."""
+        total = np.zeros(self.x.size)
+        for i in sorted(self.received):
+            total += self.received[i] if self.weights is None else self.weights[i] * self.received[i]
+        self.received = {}
+        return total
+
+    def state(self, skip=()):
+        received = self.received
+        arrays, values = super().state(skip=(*self.planned, "received", *skip))
+        values["received"] = sorted(received)
+        arrays.update({f"received_{i}": v for i, v in received.items()})
+        return arrays, values
+
+    def load_state(self, arrays, values):
+        values, arrays = dict(values), dict(arrays)
+        self.received = {int(i): np.array(arrays.pop(f"received_{i}")) for i in values.pop("received")}
+        super().load_state(arrays, values)
+
+
 class Accumulator:
     """The sum of the gradients of one step, added in arrival order (so two methods fed the same
     gradients in the same order take bitwise the same step)."""

@@ -36,7 +36,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
-from .base import ALL, Method
+from .base import ALL, RoundMethod
 from .jobs import Job
 
 QUANTILES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9,
@@ -92,9 +92,9 @@ def trials(p, c, batch):
 
 
 @register("asyncsgd-method", "mindflayer")
-class MindFlayerSGD(Method):
+class MindFlayerSGD(RoundMethod):
     name = "mindflayer"
-    uses_jobs = True
+    planned = ("jobs", "budgets", "probabilities", "costs", "trials")
     options = Options(
         Option("quantile", float, None, "t_i is the q-quantile of worker i's compute time (None: the q with the "
                                         "smallest expected time per kept gradient)", low=0, low_open=True, high=1),
@@ -122,7 +122,6 @@ class MindFlayerSGD(Method):
         self.participants = int(np.count_nonzero(self.trials))
         self.jobs = [Job(int(b), budget=float(t), trials=True) if b else None
                      for b, t in zip(self.trials, self.budgets)]
-        self.received = {}
 
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, "quantile": self.quantile,
@@ -134,31 +133,9 @@ class MindFlayerSGD(Method):
         return {"mindflayer": theory.predicted_times(effective, problem.sigma2, epsilon, problem.L,
                                                      problem.Delta)["rennala"]}
 
-    def state(self, skip=()):
-        arrays, values = super().state(skip=("jobs", "budgets", "probabilities", "costs", "trials", "received",
-                                             *skip))
-        values["received"] = sorted(self.received)
-        arrays.update({f"received_{i}": v for i, v in self.received.items()})
-        return arrays, values
-
-    def load_state(self, arrays, values):
-        values, arrays = dict(values), dict(arrays)
-        self.received = {int(i): np.array(arrays.pop(f"received_{i}")) for i in values.pop("received")}
-        super().load_state(arrays, values)
-
-    def job(self, worker):
-        return self.jobs[worker]
-
     def arrive(self, worker, grad, k_at):
-        if k_at != self.k:
-            raise RuntimeError(f"mindflayer: worker {worker} sent step {k_at}'s sum at step {self.k}")
-        self.received[worker] = np.array(grad)  # kept past the runtime's receive buffer
         self.accepted[worker] += self.finished  # the attempts that finished within the budget
-        if len(self.received) < self.participants:
+        if not self.keep(worker, grad, k_at):
             return ()
-        total = np.zeros(self.x.size)
-        for i in sorted(self.received):
-            total += self.received[i]
-        self._step(total / self.normaliser, self.step_size)
-        self.received = {}
+        self._step(self.round_total() / self.normaliser, self.step_size)
         return ALL

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .base import ALL, Method
+from .base import ALL, RoundMethod
 from .jobs import Job
 
 
@@ -130,11 +130,11 @@ def plan(h, tau, omega, noise, t_star):
 
 
 @register("asyncsgd-method", "shadowheart")
-class ShadowheartSGD(Method):
+class ShadowheartSGD(RoundMethod):
     """Rounds at the equilibrium time: worker i sends m_i Random-K compressions of its sum of b_i gradients."""
 
     name = "shadowheart"
-    uses_jobs = True
+    planned = ("jobs", "h", "tau", "b", "m", "w", "weights")
     options = Options(
         Option("coordinates", int, None, "K, the coordinates of each Random-K message (None: max(1, d // 100))",
                low=1))
@@ -169,7 +169,7 @@ class ShadowheartSGD(Method):
         self.b, self.m, self.w = plan(self.h, self.tau, self.omega, self.noise, self.t_star)
         self.normaliser = float(np.sum(self.w * self.m * self.b))
         self.jobs = [Job(int(b), int(m), self.coordinates) if b else None for b, m in zip(self.b, self.m)]
-        self.received = {}  # worker -> what it sent this round
+        self.weights = self.w
         self.participants = int(np.count_nonzero(self.b))
 
     def parameters(self):
@@ -179,32 +179,11 @@ class ShadowheartSGD(Method):
     def predicted(self, problem, timing, epsilon):
         return {"shadowheart": self.t_star * problem.L * problem.Delta / epsilon, "t_star": self.t_star}
 
-    def state(self, skip=()):
-        arrays, values = super().state(skip=("jobs", "h", "tau", "b", "m", "w", "received", *skip))
-        values["received"] = sorted(self.received)
-        arrays.update({f"received_{i}": v for i, v in self.received.items()})
-        return arrays, values
-
-    def load_state(self, arrays, values):
-        values, arrays = dict(values), dict(arrays)
-        self.received = {int(i): np.array(arrays.pop(f"received_{i}")) for i in values.pop("received")}
-        super().load_state(arrays, values)
-
-    def job(self, worker):
-        return self.jobs[worker]
-
     def arrive(self, worker, grad, k_at):
-        if k_at != self.k:  # every round restarts every worker: a runtime bug
-            raise RuntimeError(f"shadowheart: worker {worker} sent step {k_at}'s messages at step {self.k}")
-        self.received[worker] = np.array(grad)  # kept past the runtime's receive buffer
         self.accepted[worker] += int(self.b[worker])
-        if len(self.received) < self.participants:
+        if not self.keep(worker, grad, k_at):
             return ()
-        total = np.zeros(self.x.size)
-        for i in sorted(self.received):  # in worker order, whatever the arrival order: the same bits on MPI
-            total += self.w[i] * self.received[i]
-        self._step(total / self.normaliser, self.step_size)
-        self.received = {}
+        self._step(self.round_total() / self.normaliser, self.step_size)
         return ALL
 
 

@@ -111,7 +111,7 @@ def test_a_method_owns_its_defaults():
      "threshold must be None, an integer >= 1 or inf, got 1.5"),
     (dict(method="rennala", batch=2, method_options={"batch": 3}),
      "batch is given twice: batch=2 and method_options['batch']=3"),
-    (dict(method="minibatch", method_options={"batch": 3}), "asyncsgd-method 'minibatch' takes no options; got batch"),
+    (dict(method="minibatch", method_options={"batch": 3}), "asyncsgd-method 'minibatch' takes compressor, coordinates; got batch"),
     (dict(method_options=[1]), "method_options must be a dict or None, got [1]"),
     (dict(tau="lognormal", tau_options={"sigma": -1.0}), "tau-model 'lognormal': sigma must be a float >= 0, got -1.0"),
     (dict(tau="sqrt", tau_options={"sigma": 1.0}), "tau-model 'sqrt' takes no options; got sigma"),

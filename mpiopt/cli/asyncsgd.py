@@ -85,11 +85,8 @@ def add_parser(commands):
                       "help": "ringmaster: delay threshold, an integer or inf (default: the theory's)"},
         "batch": {"type": int, "default": None, "metavar": "B",
                   "help": "rennala: gradients per step (default: the theory's)"},
-        "upload": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,...",
-                   "help": "upload time per coordinate: a fixed model (sqrt: sqrt(i)) or one time per worker, "
-                           "times --upload-scale (default: free)"},
-        "download": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,...",
-                     "help": "download time per coordinate, as --upload (default: free)"}}
+        "upload": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,..."},
+        "download": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,..."}}
     settings = add_settings_flags(group, AsyncSGDSettings, shown=shown)
     group = sgd.add_argument_group("output")
     add_checkpoint_options(group, "run's state (one --method)", "steps")

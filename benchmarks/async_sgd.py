@@ -41,7 +41,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import start, wait_without_spinning, write_result  # noqa: E402
+from common import fill_presets, start, wait_without_spinning, write_result  # noqa: E402
 
 METHODS = ("minibatch", "asgd", "rennala", "ringmaster")
 PARTS = ("mpi", "sim1000", "sim10000", "throughput", "ringmaster")
@@ -77,9 +77,7 @@ def parse_args(argv=None):
                         help="prefix of the figures: PREFIX_<configuration>.png (e.g. docs/img/async_sgd)")
     parser.add_argument("--output", default="results/async_sgd.json")
     args = parser.parse_args(argv)
-    for name, value in PRESETS["quick" if args.quick else "full"].items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    fill_presets(args, PRESETS)
     args.noise_ratios = [float(s) for s in str(args.noise_ratios).split(",")]
     args.sim_workers = [int(n) for n in str(args.sim_workers).split(",")]
     if len(args.sim_workers) != 2:

@@ -37,7 +37,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import start, write_result  # noqa: E402
+from common import fill_presets, start, write_result  # noqa: E402
 
 PARTS = ("shadowheart", "speeds", "mindflayer", "outages")
 BASELINES = [("shadowheart", {}), ("minibatch", {}), ("asgd", {}), ("rennala", {}),
@@ -61,9 +61,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
     parser.add_argument("--output", default="results/async_sgd_papers.json")
     args = parser.parse_args(argv)
-    for key, value in PRESETS["quick" if args.quick else "full"].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
+    fill_presets(args, PRESETS)
     args.parts = PARTS if args.part == "all" else (args.part,)
     return args
 

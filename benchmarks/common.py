@@ -11,7 +11,8 @@ output on rank 0.
 * ``wait_without_spinning``: ranks that wait for rank 0 (running scikit-learn
   with every core) sleep instead of spinning in an MPI wait;
 * ``printer(comm)`` prints on rank 0 only; ``write_result`` writes the JSON on rank 0;
-* ``summarize``: time to solution from a ladder of tolerances.
+* ``summarize``: time to solution from a ladder of tolerances;
+* ``fill_presets(args, presets)``: the flags left unset take the "quick" or "full" preset's values.
 """
 import argparse
 import re
@@ -50,6 +51,15 @@ def start(parse_args, argv=None, outputs=("output",), plots=(), comm=None):
             problem = f"{wanted[0]}: {error}"
     check_collectively(comm, problem)
     return args, comm, printer(comm)
+
+
+def fill_presets(args, presets):
+    """Give every flag of ``args`` left at None the value of ``presets["quick"]`` (with ``--quick``) or
+    ``presets["full"]``: a flag given always wins.  Returns ``args``."""
+    for name, value in presets["quick" if args.quick else "full"].items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    return args
 
 
 def size_argument(text):

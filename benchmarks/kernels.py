@@ -63,7 +63,7 @@ import traceback
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
-from common import size_argument, start  # noqa: E402
+from common import fill_presets, size_argument, start  # noqa: E402
 from mpiopt.core.threads import available_cores  # noqa: E402
 
 BANDWIDTH_TARGET = 0.70        # fraction of the peak, at TARGET_FROM bytes and more
@@ -108,9 +108,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
     parser.add_argument("--output", default="results/kernels.json")
     args = parser.parse_args(argv)
-    for name, value in PRESETS["quick" if args.quick else "full"].items():
-        if getattr(args, name) is None:
-            setattr(args, name, value)
+    fill_presets(args, PRESETS)
     args.parts = [part for part in args.parts.split(",") if part]
     unknown = set(args.parts) - {"kernels", "lasso", "compressors"}
     if unknown:

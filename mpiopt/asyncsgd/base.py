@@ -205,10 +205,9 @@ class RoundMethod(Method):
         return total
 
     def state(self, skip=()):
-        received = self.received
         arrays, values = super().state(skip=(*self.planned, "received", *skip))
-        values["received"] = sorted(received)
-        arrays.update({f"received_{i}": v for i, v in received.items()})
+        values["received"] = sorted(self.received)
+        arrays.update({f"received_{i}": v for i, v in self.received.items()})
         return arrays, values
 
     def load_state(self, arrays, values):

@@ -134,7 +134,7 @@ class ShadowheartSGD(RoundMethod):
     """Rounds at the equilibrium time: worker i sends m_i Random-K compressions of its sum of b_i gradients."""
 
     name = "shadowheart"
-    planned = ("jobs", "h", "tau", "b", "m", "w", "weights")
+    planned = ("jobs", "h", "tau", "b", "m", "weights")
     options = Options(
         Option("coordinates", int, None, "K, the coordinates of each Random-K message (None: max(1, d // 100))",
                low=1))
@@ -166,10 +166,9 @@ class ShadowheartSGD(RoundMethod):
         self.coordinates, self.omega, self.noise, self.t_star = int(coordinates), float(omega), float(noise), \
             float(t_star)
         self.h, self.tau = np.asarray(h, dtype=np.float64), np.asarray(tau, dtype=np.float64)
-        self.b, self.m, self.w = plan(self.h, self.tau, self.omega, self.noise, self.t_star)
-        self.normaliser = float(np.sum(self.w * self.m * self.b))
+        self.b, self.m, self.weights = plan(self.h, self.tau, self.omega, self.noise, self.t_star)
+        self.normaliser = float(np.sum(self.weights * self.m * self.b))
         self.jobs = [Job(int(b), int(m), self.coordinates) if b else None for b, m in zip(self.b, self.m)]
-        self.weights = self.w
         self.participants = int(np.count_nonzero(self.b))
 
     def parameters(self):

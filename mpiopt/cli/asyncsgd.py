@@ -157,10 +157,8 @@ def run_async_sgd(args, comm):
     check_collectively(comm, error)
     method_options, problem = ({}, None) if args.method == "all" else chosen_options(args, "asyncsgd-method",
                                                                                      args.method)
-    tau_options, tau_problem = (({}, "--tau-opt goes with --tau NAME" if args.tau_opt else None)
-                                if args.tau is None else chosen_options(args, "tau-model", args.tau, "tau"))
-    power_options, power_problem = (({}, "--power-opt goes with --power NAME" if args.power_opt else None)
-                                    if args.power is None else chosen_options(args, "power-model", args.power, "power"))
+    tau_options, tau_problem = _model_options(args, "tau-model", "tau")
+    power_options, power_problem = _model_options(args, "power-model", "power")
     check_collectively(comm, problem or tau_problem or power_problem)
     if power_options:
         common["power_options"] = power_options
@@ -183,6 +181,15 @@ def run_async_sgd(args, comm):
         print(f"result written to {args.output}" + (f"; plot written to {args.plot}" if args.plot else ""),
               flush=True)
     return max(exit_status(result) for result in results.values())
+
+
+def _model_options(args, kind, flag):
+    """(the ``--FLAG-opt`` values of the model chosen by ``--FLAG``, a problem or None): options without a
+    model chosen by name are refused."""
+    name = getattr(args, flag)
+    if name is None:
+        return {}, f"--{flag}-opt goes with --{flag} NAME" if getattr(args, f"{flag}_opt") else None
+    return chosen_options(args, kind, name, flag)
 
 
 def _async_sgd_comparison(results):

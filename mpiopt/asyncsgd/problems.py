@@ -15,10 +15,16 @@ x, rng)``, what worker ``worker`` computes (the same unless the problem is
 =============  ==========================================================================================
 ``quadratic``  f(x) = 1/2 sum_j lambda_j x_j^2, lambda log-spaced in [mu, L]; g = grad f + N(0, sigma2/d I)
 ``worst-case`` the tridiagonal quadratic of the lower bounds (Nesterov; Arjevani et al. 2022):
-               f(x) = L/4 (1/2 x^T A x - x_1), A = tridiag(-1, 2, -1), x0 = 0; Gaussian noise as above
+               f(x) = L/4 (1/2 x^T A x - x_1), A = tridiag(-1, 2, -1), x0 = 0; Gaussian noise as above,
+               and with ``mask`` p > 0 the lower bounds' own oracle on top: [g]_j = grad_j f(x) (1 +
+               1[j > prog(x)] (xi/p - 1)), xi ~ Bernoulli(p) once per gradient, prog(x) = max{j >= 0 :
+               x_j != 0} (x_0 = 1): the next coordinate is learnt only when the coin falls on 1
 ``logistic``   L2-regularized logistic regression on scikit-learn's breast_cancer (569 x 30, standardized);
                g = the gradient on ``batch_size`` rows drawn with replacement
 ``mlp``        a small ReLU MLP (mpiopt.models) on scikit-learn's digits (1797 x 64, 10 classes), minibatches
+``least-squares``  the finite sum f = (1/m) sum_j 1/2 (a_j^T x - b_j)^2 on seeded Gaussian rows a_j ~ N(0, I),
+               b = A x_true + N(0, noise); g = the gradient on ``batch_size`` rows drawn with replacement;
+               L, L_+- and f* exact (Freya PAGE's finite sum)
 ``heterogeneous-quadratic``  f_i(x) = 1/2 sum_j lambda_j (x_j - c_ij)^2 for worker i, centres c_i ~
                N(0, spread^2 I) (seeded), f = (1/n) sum_i f_i; Gaussian noise as above (Malenia SGD's setting)
 =============  ==========================================================================================
@@ -44,7 +50,8 @@ NOISE = Option("noise", float, 1e-3, "sigma^2, the variance of one stochastic gr
 SMOOTHNESS = Option("L", float, 1.0, "the gradient's Lipschitz constant", low=0, low_open=True)
 QUADRATIC_OPTIONS = Options(DIM, NOISE, SMOOTHNESS, Option("mu", float, 1e-3, "the smallest eigenvalue, at most L",
                                                            low=0, low_open=True))
-WORST_CASE_OPTIONS = Options(DIM, NOISE, SMOOTHNESS)
+WORST_CASE_OPTIONS = Options(DIM, NOISE, SMOOTHNESS, Option(
+    "mask", float, 0.0, "p of the Bernoulli(p) masking noise beyond prog(x) (0: none)", low=0, high=1))
 
 
 def _data_options(dataset, batch_size, alpha):
@@ -64,6 +71,13 @@ class Problem:
     f_low = 0.0
     heterogeneous = False   # True: worker i computes gradients of its own f_i (``worker_grad``)
     n_functions = None      # a heterogeneous problem's number of f_i: the run's workers must be as many
+    n_samples = None        # a finite sum f = (1/m) sum_j f_j: m, with ``sample_grad(j, x)`` = grad f_j(x)
+    L_pm = None             # a finite sum's L_+-: (1/m) sum_j ||grad f_j(x) - grad f_j(y)||^2 - ||grad f(x) -
+    #                         grad f(y)||^2 <= L_+-^2 ||x - y||^2 (exact, or a bound: PAGE's constant)
+
+    def sample_grad(self, j, x):
+        """grad f_j(x) of a finite sum's j-th function (0-based)."""
+        raise NotImplementedError(f"{self.name} is not a finite sum")
 
     def x0(self):
         raise NotImplementedError
@@ -150,18 +164,44 @@ class Quadratic(GaussianNoise):
 
 
 class WorstCase(GaussianNoise):
-    """f(x) = L/4 (1/2 x^T A x - x_1): ||A|| <= 4, so grad f is L-Lipschitz; f* = -L d / (8 (d + 1))."""
+    """f(x) = L/4 (1/2 x^T A x - x_1): ||A|| <= 4, so grad f is L-Lipschitz; f* = -L d / (8 (d + 1)).
+
+    With ``mask`` p the stochastic gradient is Arjevani et al.'s (2022) zero-chain oracle, as the
+    Rennala, Shadowheart and Fragile papers use it: the coordinates beyond prog(x) are multiplied by
+    xi/p, xi ~ Bernoulli(p), one coin per gradient (drawn before the Gaussian noise).  Started at 0 the
+    iterates have nonzero coordinates 1..prog(x) only, and grad f's only nonzero coordinate beyond them
+    is j = prog(x) + 1, where grad_j f = -L/4 x_prog(x) (1 at prog(x) = 0), so the masking's variance
+    is (1/p - 1) (L/4)^2 x_prog(x)^2 <= (1/p - 1) (L/4)^2 on the iterates in [0, 1] (the optimum is
+    x*_j = 1 - j/(d + 1)): ``sigma2`` adds that bound to the Gaussian part."""
 
     name = "worst-case"
 
-    def __init__(self, dim=DIM.default, noise=NOISE.default, L=SMOOTHNESS.default):
+    def __init__(self, dim=DIM.default, noise=NOISE.default, L=SMOOTHNESS.default,
+                 mask=WORST_CASE_OPTIONS["mask"].default):
         self.dim = _check_dim(dim)
         if not 0 < L < math.inf:
             raise ValueError(f"L must be a finite number > 0, got {L!r}")
-        self.L = float(L)
+        if not 0 <= mask <= 1:
+            raise ValueError(f"mask (the Bernoulli p) must be in [0, 1], got {mask!r}")
+        self.L, self.mask = float(L), float(mask)
         self.f_low = -self.L * self.dim / (8 * (self.dim + 1))
         self._set_noise(noise)
-        self.options = {"noise": self.sigma2}
+        self.gaussian_sigma2 = self.sigma2
+        if self.mask:
+            self.sigma2 += (1 / self.mask - 1) * (self.L / 4) ** 2
+        self.options = {"noise": self.gaussian_sigma2, "mask": self.mask}
+
+    def stochastic_grad(self, x, rng):
+        if not self.mask:
+            return super().stochastic_grad(x, rng)
+        g = self.grad(x)
+        coin = rng.random() < self.mask
+        nonzero = np.flatnonzero(x)
+        progress = int(nonzero[-1]) + 1 if nonzero.size else 0  # prog(x), 1-based coordinates
+        g[progress:] *= (1 / self.mask) if coin else 0.0
+        if self.gaussian_sigma2:
+            g += self._noise_scale * rng.standard_normal(self.dim)
+        return g
 
     def x0(self):
         return np.zeros(self.dim)
@@ -222,6 +262,61 @@ class HeterogeneousQuadratic(GaussianNoise):
         return g
 
 
+class LeastSquares(Problem):
+    """f(x) = (1/m) sum_j 1/2 (a_j^T x - b_j)^2: grad f_j(x) - grad f_j(y) = a_j a_j^T (x - y), so L is the
+    largest eigenvalue of H = A^T A / m and L_+-^2 that of (1/m) sum_j ||a_j||^2 a_j a_j^T - H^2, both exact;
+    f* from the least-squares solution; sigma2 the exact variance of a ``batch_size``-row gradient at x0 = 0."""
+
+    name = "least-squares"
+
+    def __init__(self, seed=0, rows=1000, dim=20, noise=1.0, batch_size=1):
+        self.dim = _check_dim(dim)
+        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
+            raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        rng = random_stream(seed, "asyncsgd-least-squares")
+        self.A = rng.standard_normal((int(rows), self.dim))
+        self.b = self.A @ rng.standard_normal(self.dim) + math.sqrt(noise) * rng.standard_normal(int(rows))
+        self.batch_size, m = int(batch_size), int(rows)
+        H = self.A.T @ self.A / m
+        self.L = float(np.linalg.eigvalsh(H)[-1])
+        norms = np.sum(self.A * self.A, axis=1)
+        self.L_pm = float(math.sqrt(max(np.linalg.eigvalsh((self.A.T * norms) @ self.A / m - H @ H)[-1], 0.0)))
+        solution = np.linalg.lstsq(self.A, self.b, rcond=None)[0]
+        self.f_low = self.loss(solution)
+        rows_at_x0 = self.A * (-self.b)[:, None]  # grad f_j(0) = -b_j a_j
+        mean = rows_at_x0.mean(axis=0)
+        self.sigma2 = float((np.mean(np.sum(rows_at_x0 ** 2, axis=1)) - mean @ mean) / self.batch_size)
+        self.options = {"rows": m, "noise": float(noise), "batch_size": self.batch_size, "L_pm": self.L_pm}
+
+    @property
+    def n_samples(self):
+        return int(self.b.size)
+
+    def data(self):
+        return {"A (rows)": self.A, "b (targets)": self.b}
+
+    def x0(self):
+        return np.zeros(self.dim)
+
+    def loss(self, x):
+        r = self.A @ x - self.b
+        return 0.5 * float(r @ r) / self.b.size
+
+    def grad(self, x):
+        return self.A.T @ (self.A @ x - self.b) / self.b.size
+
+    def sample_grad(self, j, x):
+        a = self.A[j]
+        return a * (float(a @ x) - self.b[j])
+
+    def stochastic_grad(self, x, rng):
+        rows = rng.integers(0, self.b.size, self.batch_size)
+        A = self.A[rows]
+        return A.T @ (A @ x - self.b[rows]) / self.batch_size
+
+
 class DataProblem(Problem):
     """A model of mpiopt.models on a data set; stochastic gradients on rows drawn with replacement."""
 
@@ -254,6 +349,14 @@ class DataProblem(Problem):
         rows = rng.integers(0, self.y.size, self.batch_size)
         return self.model.loss_and_grad(x, self.X[rows], self.y[rows])[1]
 
+    @property
+    def n_samples(self):
+        return int(self.y.size)
+
+    def sample_grad(self, j, x):
+        """The gradient on row j alone (the regularization included: the rows' mean is grad f)."""
+        return self.model.loss_and_grad(x, self.X[j:j + 1], self.y[j:j + 1])[1]
+
     def estimate_sigma2(self, draws=64):
         """E||g - grad f||^2 at x0, from ``draws`` stochastic gradients of a stream of its own."""
         x, rng = self.x0(), random_stream(self.seed, "asyncsgd-sigma2")
@@ -285,6 +388,8 @@ class Logistic(DataProblem):
         self._finite_data()
         Z = np.column_stack([self.X, np.ones(self.y.size)])
         self.L = float(np.linalg.eigvalsh(Z.T @ Z / (4 * self.y.size))[-1]) + alpha
+        # L_+- <= sqrt((1/m) sum_j L_j^2), L_j = ||z_j||^2 / 4 + alpha the smoothness of row j's loss (a bound)
+        self.L_pm = float(np.sqrt(np.mean((np.sum(Z * Z, axis=1) / 4 + alpha) ** 2)))
         self.f_low = self._minimum()
         self.sigma2 = self.estimate_sigma2()
         self.options = {"dataset": dataset, "batch_size": batch_size, "alpha": alpha, "rows": int(self.y.size)}
@@ -326,9 +431,16 @@ register("asyncsgd-problem", "heterogeneous-quadratic",
          options=QUADRATIC_OPTIONS + Options(
              Option("workers", int, 8, "n, the number of functions f_i (one per worker)", low=1),
              Option("spread", float, 1.0, "the standard deviation of the centres c_ij", low=0)))
+register("asyncsgd-problem", "least-squares",
+         lambda seed=0, comm=None, **values: LeastSquares(seed=seed, **values), options=Options(
+             Option("rows", int, 1000, "m, the number of functions f_j (rows)", low=1),
+             Option("dim", int, 20, "dimension d", low=1),
+             Option("noise", float, 1.0, "the variance of the targets' noise", low=0),
+             Option("batch_size", int, 1, "rows per stochastic gradient, drawn with replacement", low=1)))
 register("asyncsgd-problem", "logistic", Logistic, options=LOGISTIC_OPTIONS)
 register("asyncsgd-problem", "mlp", SmallMLP, options=MLP_OPTIONS)
 PROBLEMS = names("asyncsgd-problem")
+FINITE_SUMS = ("least-squares", "logistic")  # the built-in problems with n_samples, sample_grad and L_pm
 
 
 def get_problem(problem, seed=0, comm=None, **values):

@@ -22,7 +22,13 @@ Parts (``--part``):
 * ``outages``: the universal computation model: workers off for a fraction f
   in {0, 0.3, 0.6} of every period of 50 units (staggered), Rennala and
   Asynchronous SGD on the quadratic and Malenia SGD on the heterogeneous
-  quadratic; the measured time beside the model's recursion.
+  quadratic; the measured time beside the model's recursion;
+* ``freya``: Freya PAGE's setting (finite sums, h_i = sqrt(i)): the
+  least-squares finite sum (m = 2000 rows, d = 20) and logistic regression on
+  breast_cancer's 427 training rows, n in {10, 100} workers; Freya PAGE
+  against Rennala SGD and Asynchronous SGD, each at the theory's parameters
+  and at the best of the step-size grid gamma in {2^-k}, epsilon = 1e-3
+  ||grad f(x0)||^2.
 
 Every number is the median over ``--seeds`` seeds (gradient noise and random
 times), in compute-time units, to the first evaluation with ||grad f||^2 <=
@@ -39,7 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import report  # noqa: E402
 from common import fill_presets, start, write_result  # noqa: E402
 
-PARTS = ("shadowheart", "speeds", "mindflayer", "outages")
+PARTS = ("shadowheart", "speeds", "mindflayer", "outages", "freya")
 BASELINES = [("shadowheart", {}), ("minibatch", {}), ("asgd", {}), ("rennala", {}),
              ("minibatch", {"compressor": "qsgd8"}), ("minibatch", {"compressor": "randomk"})]
 CAP = 30                 # a baseline stops at CAP times Shadowheart's time (then: not reached)
@@ -190,6 +196,44 @@ def outages_part(args, say):
     return out
 
 
+def freya_part(args, say):
+    from mpiopt.asyncsgd import get_problem
+    seeds = max(args.seeds, 1 if args.quick else 3)
+    problems = [("least-squares", {"rows": 200 if args.quick else 2000, "dim": 20})]
+    if not args.quick:
+        problems.append(("logistic", {}))
+    out = []
+    for problem, options in problems:
+        built = get_problem(problem, **options)
+        g = built.grad(built.x0())
+        epsilon = 1e-3 * float(g @ g)
+        for n in ((4,) if args.quick else (10, 100)):
+            rows, cap = [], None
+            for method in ("freya-page", "rennala", "asgd"):
+                settings = dict(n_workers=n, tau="sqrt", epsilon=epsilon, max_gradients=args.max_gradients)
+                if cap is not None:
+                    settings["max_time"] = cap
+                started = time.perf_counter()
+                measured, first = run(problem, options, method, {}, seeds, **settings)
+                if method == "freya-page" and measured is not None:
+                    cap = CAP * measured
+                best = None
+                for k in range(args.grid):
+                    value, _ = run(problem, options, method, {}, seeds, step_size=2.0 ** -k, **settings)
+                    if value is not None and (best is None or value < best[0]):
+                        best = (value, 2.0 ** -k)
+                rows.append({"method": method, "measured": measured, "predicted": first.predicted.get(method),
+                             "theory_step": first.info["parameters"]["step_size"], "steps": first.steps,
+                             "grid_best": (best or (None, None))[0], "grid_step": (best or (None, None))[1],
+                             "discarded": sum(first.info["workers"]["discarded"]),
+                             "wall_s": time.perf_counter() - started})
+                say(f"  freya {problem} n={n} {method}: {measured} (theory), {rows[-1]['grid_best']} (grid) "
+                    f"[{rows[-1]['wall_s']:.0f} s]")
+            out.append({"problem": problem, "options": options, "samples": built.n_samples, "n": n,
+                        "epsilon": epsilon, "seeds": seeds, "cap": cap, "rows": rows})
+    return out
+
+
 def main(argv=None):
     args, comm, say = start(parse_args, argv)
     started = time.perf_counter()
@@ -204,6 +248,8 @@ def main(argv=None):
             payload["mindflayer"] = mindflayer_part(args, say)
         if "outages" in args.parts:
             payload["outages"] = outages_part(args, say)
+        if "freya" in args.parts:
+            payload["freya"] = freya_part(args, say)
     payload["wall_s"] = time.perf_counter() - started
     payload["machine"] = {"cores": os.cpu_count()}
     write_result(comm, args.output, payload)

@@ -423,6 +423,16 @@ def async_sgd_papers_tables(payload):
         lines.append("|---|---|---|---|")
         lines += [f"| {r['method']} | {r['problem']} | {_fmt(r['measured'])} | {_fmt(r['predicted'])} |"
                   for r in block["rows"]]
+    for block in payload.get("freya", []):
+        lines.append(f"\nfreya: {block['problem']} (m = {block['samples']}), n = {block['n']}, h_i = sqrt(i), "
+                     f"{block['seeds']} seeds")
+        base = block["rows"][0]["measured"]
+        lines.append("| method | time to eps (theory) | / Freya PAGE | best of grid (step) | predicted |")
+        lines.append("|---|---|---|---|---|")
+        for r in block["rows"]:
+            ratio = None if r["measured"] is None or not base else r["measured"] / base
+            lines.append(f"| {r['method']} | {_fmt(r['measured'])} | {_fmt(ratio, '.2f')} | "
+                         f"{_fmt(r['grid_best'])} ({_fmt(r['grid_step'], 'g')}) | {_fmt(r['predicted'])} |")
     return "\n".join(lines)
 
 

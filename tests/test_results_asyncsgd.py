@@ -137,7 +137,7 @@ def test_the_command_line_method_all_plots_every_method_and_shows_the_stop(tmp_p
     assert completed.returncode == 0, completed.stderr
     assert (tmp_path / "all.png").read_bytes()[:8] == PNG
     payload = json.loads((tmp_path / "all.json").read_text())
-    assert payload["methods"] == methods(AsyncSGDSettings())
+    assert payload["methods"] == methods(AsyncSGDSettings(), "quadratic")
     lines = completed.stdout.splitlines()
     header = next(line for line in lines if line.startswith("method "))
     assert header.split()[1] == "status" and header.split()[-1] == "stop"

@@ -34,6 +34,7 @@ from ..core.registry import lookup, names
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
 from . import malenia, mindflayer, shadowheart  # noqa: F401
+from . import freya  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .checkpoint import Checkpoint
 from .problems import PROBLEMS, Problem, get_problem
@@ -49,13 +50,14 @@ from .timing import LinkTimes, Timing
 DEFAULT_SIMULATED_WORKERS = 8
 
 
-def methods(settings=None):
-    """The registered methods in registration order; with ``settings`` (an AsyncSGDSettings), those that can
-    run with them (Shadowheart needs upload times)."""
+def methods(settings=None, problem=None):
+    """The registered methods in registration order; with ``settings`` (an AsyncSGDSettings) and ``problem``
+    (a name or a Problem), those that can run with them (Shadowheart needs upload times, Freya PAGE a
+    finite sum)."""
     found = names("asyncsgd-method")
     if settings is None:
         return found
-    return [name for name in found if lookup("asyncsgd-method", name).unavailable(settings) is None]
+    return [name for name in found if lookup("asyncsgd-method", name).unavailable(settings, problem) is None]
 
 
 def async_sgd(problem="quadratic", comm=None, problem_options=None, method_options=None, tau_options=None,

@@ -54,6 +54,7 @@ class Method:
     name = "method"
     options = NO_OPTIONS  # the declared options beyond the step size (a subclass declares its own)
     uses_jobs = False     # True: ``job(worker)`` gives each started worker its own Job
+    seeded = False        # True: ``__init__`` takes the run's ``seed`` (a method that draws at random)
 
     @classmethod
     def owner(cls):
@@ -83,9 +84,10 @@ class Method:
         return theory.default_step_size("asgd", n_workers, problem.L, problem.sigma2, epsilon)
 
     @classmethod
-    def unavailable(cls, settings):
-        """Why this method cannot run with ``settings`` (an AsyncSGDSettings), or None: ``--method all`` leaves
-        such a method out (Shadowheart without upload times)."""
+    def unavailable(cls, settings, problem=None):
+        """Why this method cannot run with ``settings`` (an AsyncSGDSettings) on ``problem`` (a name, a Problem
+        or None: any), or None: ``--method all`` leaves such a method out (Shadowheart without upload
+        times, Freya PAGE on a problem that is not a finite sum)."""
         return None
 
     @classmethod
@@ -95,9 +97,10 @@ class Method:
         return values
 
     @classmethod
-    def build(cls, problem, n_workers, epsilon, step_size=None, options=None, timing=None):
+    def build(cls, problem, n_workers, epsilon, step_size=None, options=None, timing=None, seed=0):
         """The method at ``problem.x0()`` from its declared ``options`` (defaults filled in), with the theory's
-        parameters where none are given; ValueError with the one-line problem of a bad option."""
+        parameters where none are given (and the run's ``seed`` for a ``seeded`` method); ValueError with the
+        one-line problem of a bad option."""
         values = dict(options or {})
         message = cls.options_problem(values)
         if message:
@@ -105,6 +108,8 @@ class Method:
         values = cls.theory_options({**cls.options.defaults(), **values}, problem, epsilon)
         values = cls.timing_options(values, problem, epsilon, timing)
         gamma = step_size or cls.default_step_size(problem, n_workers, epsilon, values)
+        if cls.seeded:
+            values["seed"] = seed
         return cls(problem.x0(), n_workers, gamma, **values)
 
     def predicted(self, problem, timing, epsilon):
@@ -114,6 +119,11 @@ class Method:
     def job(self, worker):
         """The job of ``worker`` when it is (re)started now: a :class:`.jobs.Job`, or None to leave it idle."""
         return PLAIN
+
+    def point(self):
+        """What a worker started now with a job of this method's is given: ``x`` (Freya PAGE gives two
+        points end to end for its differences).  Never changed in place, as ``x``."""
+        return self.x
 
     def __init__(self, x0, n_workers, step_size):
         self.x = np.array(x0, dtype=np.float64)

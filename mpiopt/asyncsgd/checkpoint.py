@@ -148,7 +148,7 @@ def _state(simulation, recorder):
         busy = sorted(simulation.jobs)
         arrays["job_workers"] = np.array(busy, dtype=np.int64)
         arrays["job_values"] = np.array([simulation.jobs[w].as_header() + [simulation.done[w]] for w in busy],
-                                        dtype=np.float64).reshape(len(busy), 7)
+                                        dtype=np.float64).reshape(len(busy), Job.HEADER_SIZE + 1)
     meta.update(now=list(simulation.now), gradients=simulation.gradients, common_step=simulation.common[1],
                 common_none=simulation.common[0] is None)
     return arrays, meta
@@ -174,7 +174,8 @@ def _load(simulation, recorder, arrays, meta):
         simulation.jobs.clear()
         simulation.done.clear()
         for w, values in zip(arrays["job_workers"], arrays["job_values"]):
-            simulation.jobs[int(w)], simulation.done[int(w)] = Job.from_header(values[:6]), int(values[6])
+            simulation.jobs[int(w)], simulation.done[int(w)] = Job.from_header(values[:Job.HEADER_SIZE]), \
+                int(values[Job.HEADER_SIZE])
 def _queue_state(queue):
     """(arrays, meta) of an :class:`~.simulator.EventQueue` (its fixed times are rebuilt from the run)."""
     arrays = {"job": queue.job, "busy": queue.busy, "low": queue.low,

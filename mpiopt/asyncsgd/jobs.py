@@ -21,7 +21,12 @@ more (``Method.job(worker)``) gives a :class:`Job`:
   than this and begun anew; only its time changes;
 * ``trials`` with a budget: the b gradients are b attempts, and an attempt
   that runs over the budget is given up (MindFlayer SGD's worker): the job
-  sends the sum of those that finished, and how many did.
+  sends the sum of those that finished, and how many did;
+* ``sample`` j >= 0 (a finite sum f = (1/m) sum_j f_j): the gradient of f_j
+  alone, grad f_j(x), not a stochastic gradient; with ``difference`` the
+  point the worker is given is two points [x, y] end to end and the job
+  computes grad f_j(x) - grad f_j(y), priced as its b = 2 gradients
+  (Freya PAGE's ComputeGradient and ComputeBatchDifference).
 
 :func:`compute` is the worker's side (the values that travel) and
 :func:`receive` the server's (the dense vector the method gets:
@@ -46,6 +51,10 @@ class Job:
     budget: float = None      # an attempt longer than this is abandoned and begun anew (None: no budget)
     trials: bool = False      # with a budget: b attempts, those over it given up (not begun anew)
     quantize: int = 0         # 8 or 4: the sum uploaded as one QSGD message of that many bits a level
+    sample: int = -1          # j >= 0: grad f_j of a finite sum (b = 1), not a stochastic gradient
+    difference: bool = False  # with a sample: grad f_j(x) - grad f_j(y) at the point [x, y] (b = 2)
+
+    HEADER_SIZE = 8  # the floats of :meth:`as_header`
 
     def __post_init__(self):
         if int(self.gradients) < 1 or int(self.messages) < 0:
@@ -58,6 +67,12 @@ class Job:
             raise ValueError("a job of trials needs a budget")
         if self.quantize not in (0, 4, 8) or (self.quantize and self.messages):
             raise ValueError(f"a job quantizes to 8 or 4 bits, without Random-K messages, got {self}")
+        if self.sample >= 0 and (self.messages or self.quantize or self.budget is not None
+                                 or self.gradients != (2 if self.difference else 1)):
+            raise ValueError(f"a job of one sample's gradient (b = 1, or b = 2 for a difference) is sent densely "
+                             f"without a budget, got {self}")
+        if self.difference and self.sample < 0:
+            raise ValueError(f"a difference job needs a sample j >= 0, got {self}")
 
     @property
     def plain(self):
@@ -65,14 +80,16 @@ class Job:
         return self == PLAIN
 
     def as_header(self):
-        """The job as six float64 (b, m, K, budget or NaN, trials, quantize) for an MPI message."""
+        """The job as eight float64 (b, m, K, budget or NaN, trials, quantize, sample, difference) for an MPI
+        message or a checkpoint."""
         return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget,
-                float(self.trials), self.quantize]
+                float(self.trials), self.quantize, self.sample, float(self.difference)]
 
     @classmethod
     def from_header(cls, values):
-        b, m, k, budget, trials, bits = (float(v) for v in values)
-        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials), int(bits))
+        b, m, k, budget, trials, bits, sample, difference = (float(v) for v in values)
+        return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials), int(bits),
+                   int(sample), bool(difference))
 
     def uploaded(self, dim):
         """What the upload costs, in coordinates (float64 values): m K, the QSGD payload's bytes / 8, or d."""
@@ -84,7 +101,8 @@ class Job:
 
     def to_dict(self):
         return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
-                "budget": self.budget, "trials": self.trials}
+                "budget": self.budget, "trials": self.trials, "quantize": self.quantize, "sample": self.sample,
+                "difference": self.difference}
 
 
 PLAIN = Job()
@@ -128,6 +146,11 @@ def compute(problem, job, x, noise, worker, step, seed, done=None):
     """The worker's part: the sum of ``done`` (None: ``job.gradients``) stochastic gradients at ``x`` (drawn
     from ``noise``; zeros when none finished), then, with messages, the K values of each of its m
     compressions, concatenated."""
+    if job.sample >= 0:  # one function of a finite sum, at x or (a difference) at [x, y]
+        if not job.difference:
+            return problem.sample_grad(job.sample, x)
+        half = x.size // 2
+        return problem.sample_grad(job.sample, x[:half]) - problem.sample_grad(job.sample, x[half:])
     done = job.gradients if done is None else int(done)
     if done == 0:
         total = np.zeros(problem.dim)

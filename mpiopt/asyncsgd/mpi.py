@@ -9,7 +9,7 @@ the parameter server does (``next_message``: probes, then sleeps of up to 1 ms),
 so idle ranks do not burn the cores that busy ones need.
 
 Messages (tags ASGD_* in mpiopt.collectives.tags, on a private duplicate of the
-communicator): JOB [job, step, b, m, K, budget, start, x] server -> worker
+communicator): JOB [job, step, the job (Job.as_header), start, x (or [x, y])] server -> worker
 (the :class:`.jobs.Job`, the server's clock and the point: a time-varying
 power prices the job from its start), which cancels whatever the worker was
 computing; GRAD [job, step, gradients finished, what the job sends] worker -> server (a gradient,
@@ -58,7 +58,7 @@ from .settings import inf_as_text
 
 POLL = 5e-4       # seconds a computing worker sleeps between probes for a newer job
 HEADER = 2        # job number and step, as float64 (exact below 2**53)
-JOB_HEADER = HEADER + 7  # the job (b, m, K, budget or NaN, trials, quantize), its start in compute-time units
+JOB_HEADER = HEADER + Job.HEADER_SIZE + 1  # the job (Job.as_header), its start in compute-time units
 GRAD_HEADER = HEADER + 1  # and how many of the job's gradients finished
 NOTHING = np.empty(0, dtype=np.uint8)
 
@@ -204,7 +204,7 @@ class _Server:
                 self.busy[worker] = False
                 self.points.pop(worker, None)
                 continue
-            self.send_job(worker, method.k, method.x, job)
+            self.send_job(worker, method.k, method.point(), job)
 
     def send_job(self, worker, k, x, job=PLAIN):
         """A new ``job`` for ``worker`` at ``x`` (step ``k``); whatever it computed is cancelled."""
@@ -369,7 +369,7 @@ def _work(comm, problem, timing, settings, worker, streams):
         if status.Get_tag() == ASGD_STOP:
             message.Recv([NOTHING, MPI.BYTE])
             break
-        job = np.empty(JOB_HEADER + problem.dim)
+        job = np.empty(status.Get_count(MPI.DOUBLE))  # the point: x, or [x, y] for a difference
         message.Recv(job)
         task, tau = Job.from_header(job[HEADER:JOB_HEADER - 1]), 0.0
         done = task.gradients

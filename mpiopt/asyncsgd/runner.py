@@ -25,7 +25,8 @@ def build_method(settings, problem, n_workers, epsilon, timing=None):
     """The method of ``settings`` at ``problem.x0()``, built from its declared options and the workers'
     timing model (``Method.build``)."""
     cls = lookup("asyncsgd-method", settings.method)
-    return cls.build(problem, n_workers, epsilon, settings.step_size, settings.method_values(), timing)
+    return cls.build(problem, n_workers, epsilon, settings.step_size, settings.method_values(), timing,
+                     settings.seed)
 
 
 class Recorder:

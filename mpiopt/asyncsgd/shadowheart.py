@@ -140,7 +140,7 @@ class ShadowheartSGD(RoundMethod):
                low=1))
 
     @classmethod
-    def unavailable(cls, settings):
+    def unavailable(cls, settings, problem=None):
         return None if settings.upload is not None else "it needs upload times (--upload)"
 
     @classmethod

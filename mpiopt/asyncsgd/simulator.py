@@ -306,7 +306,7 @@ class Simulation:
                     was_busy = False
                 if was_busy:
                     cancelled[worker] += 1
-                jobs[worker], own[worker] = job, (method.x, method.k)
+                jobs[worker], own[worker] = job, (method.point(), method.k)
         return assign
 
     def run(self, recorder, checkpoint=None):

@@ -140,7 +140,7 @@ def run_async_sgd(args, comm):
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     # all: in registration order, but those that cannot run with these settings (shadowheart: no upload)
-    names = methods(AsyncSGDSettings(upload=args.upload)) if args.method == "all" else [args.method]
+    names = methods(AsyncSGDSettings(upload=args.upload), args.problem) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers,
                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)

@@ -235,3 +235,28 @@ def test_power_models_and_the_new_methods_from_the_command_line(tmp_path):
     assert json.loads((tmp_path / "f.json").read_text())["info"]["tau"] == "pareto(alpha=1.2)"
     refused = run_one(*SMALL, "--power-opt", "period=3", "--output", "r.json", cwd=tmp_path)
     assert refused.returncode != 0 and "--power-opt goes with --power NAME" in refused.stderr
+
+
+def test_freya_page_from_the_command_line_on_a_finite_sum(tmp_path):
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "least-squares", "--problem-opt", "rows=40",
+                        "--problem-opt", "mask=0.5", "--workers", "3", "--quiet", "--method", "freya-page",
+                        cwd=tmp_path)
+    assert completed.returncode == 2 and "mask" in completed.stderr  # least-squares has no mask
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "least-squares", "--problem-opt", "rows=40",
+                        "--workers", "3", "--tau", "sqrt", "--quiet", "--method", "all", "--max-steps", "4",
+                        "--method-opt", "probability=0.5", "--output", "all.json", cwd=tmp_path)
+    assert completed.returncode == 2 and "--method-opt" in completed.stderr
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "least-squares", "--problem-opt", "rows=40",
+                        "--workers", "3", "--tau", "sqrt", "--quiet", "--method", "freya-page", "--max-steps", "4",
+                        "--method-opt", "probability=0.5", "--method-opt", "batch=3", "--output", "one.json",
+                        cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "one.json").read_text())
+    parameters = result["info"]["parameters"]
+    assert parameters["probability"] == 0.5 and parameters["batch"] == 3 and parameters["samples"] == 40
+    assert result["steps"] == 4 and "freya-page" in result["predicted"]
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "least-squares", "--problem-opt", "rows=40",
+                        "--workers", "3", "--tau", "sqrt", "--quiet", "--method", "all", "--max-steps", "4",
+                        "--output", "all.json", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads((tmp_path / "all.json").read_text())["methods"] == runnable("least-squares")

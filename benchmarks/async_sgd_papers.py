@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import report  # noqa: E402
 from common import fill_presets, start, write_result  # noqa: E402
 
-PARTS = ("shadowheart", "speeds", "mindflayer", "outages", "freya")
+PARTS = ("shadowheart", "speeds", "mindflayer", "outages", "freya", "fragile")
 BASELINES = [("shadowheart", {}), ("minibatch", {}), ("asgd", {}), ("rennala", {}),
              ("minibatch", {"compressor": "qsgd8"}), ("minibatch", {"compressor": "randomk"})]
 CAP = 30                 # a baseline stops at CAP times Shadowheart's time (then: not reached)
@@ -234,6 +234,32 @@ def freya_part(args, say):
     return out
 
 
+def fragile_part(args, say):
+    n, dim = (9, 50) if args.quick else (100, 1000)
+    seeds = max(args.seeds, 1 if args.quick else 2)
+    options = {"dim": dim, "noise": 0.0, "mask": 0.1}
+    out = []
+    for rho in ((10.0,) if args.quick else (0.1, 1.0, 10.0)):
+        rows = []
+        for S in ((10, 40) if args.quick else (10, 20, 40, 80, 120)):
+            settings = dict(n_workers=n, tau="constant", graph="mesh", graph_options={"rho": rho}, batch=S,
+                            epsilon=1e-5, max_gradients=args.max_gradients)
+            measured, first = run("worst-case", options, "fragile", {}, seeds, **settings)
+            best = None
+            for gamma in (1.0, 0.5, 0.25):
+                value, _ = run("worst-case", options, "fragile", {}, seeds, step_size=gamma, **settings)
+                if value is not None and (best is None or value < best[0]):
+                    best = (value, gamma)
+            rows.append({"S": S, "measured": measured, "grid_best": (best or (None, None))[0],
+                         "grid_step": (best or (None, None))[1], "predicted": first.predicted["fragile"],
+                         "pivot": first.info["parameters"]["pivot"], "steps": first.steps,
+                         "contributing": sum(a > 0 for a in first.info["workers"]["accepted"])})
+            say(f"  fragile rho={rho} S={S}: {measured} (theory step), {rows[-1]['grid_best']} (grid), "
+                f"{rows[-1]['contributing']} workers contribute")
+        out.append({"rho": rho, "n": n, "dim": dim, "seeds": seeds, "rows": rows})
+    return out
+
+
 def main(argv=None):
     args, comm, say = start(parse_args, argv)
     started = time.perf_counter()
@@ -250,6 +276,8 @@ def main(argv=None):
             payload["outages"] = outages_part(args, say)
         if "freya" in args.parts:
             payload["freya"] = freya_part(args, say)
+        if "fragile" in args.parts:
+            payload["fragile"] = fragile_part(args, say)
     payload["wall_s"] = time.perf_counter() - started
     payload["machine"] = {"cores": os.cpu_count()}
     write_result(comm, args.output, payload)

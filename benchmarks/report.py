@@ -433,6 +433,13 @@ def async_sgd_papers_tables(payload):
             ratio = None if r["measured"] is None or not base else r["measured"] / base
             lines.append(f"| {r['method']} | {_fmt(r['measured'])} | {_fmt(ratio, '.2f')} | "
                          f"{_fmt(r['grid_best'])} ({_fmt(r['grid_step'], 'g')}) | {_fmt(r['predicted'])} |")
+    for block in payload.get("fragile", []):
+        lines.append(f"\nfragile: mesh of n = {block['n']}, rho = {block['rho']:g}, h_i = 1, d = {block['dim']}, "
+                     f"{block['seeds']} seeds")
+        lines.append("| S | time to eps (gamma = 1/2L) | best of grid (gamma) | predicted | pivot | workers contributing |")
+        lines.append("|---|---|---|---|---|---|")
+        lines += [f"| {r['S']} | {_fmt(r['measured'])} | {_fmt(r['grid_best'])} ({_fmt(r['grid_step'], 'g')}) | "
+                  f"{_fmt(r['predicted'])} | {r['pivot']} | {r['contributing']} |" for r in block["rows"]]
     return "\n".join(lines)
 
 

@@ -260,3 +260,22 @@ def test_freya_page_from_the_command_line_on_a_finite_sum(tmp_path):
                         "--output", "all.json", cwd=tmp_path)
     assert completed.returncode == 0, completed.stderr
     assert json.loads((tmp_path / "all.json").read_text())["methods"] == runnable("least-squares")
+
+
+def test_the_graph_methods_from_the_command_line(tmp_path):
+    (tmp_path / "edges.txt").write_text("0 1 0.5\n1 2 4\n0 2 1\n")
+    completed = run_one("-m", "mpiopt", "async-sgd", "--graph-opt", "rho=2", "--workers", "3", "--quiet",
+                        "--method", "fragile", cwd=tmp_path)
+    assert completed.returncode == 2 and "--graph-opt goes with --graph" in completed.stderr
+    completed = run_one("-m", "mpiopt", "async-sgd", "--graph", "edges", "--graph-opt", "path=edges.txt",
+                        "--workers", "3", "--tau", "constant", "--quiet", "--method", "fragile", "--method-opt",
+                        "pivot=2", "--max-steps", "3", "--output", "one.json", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads((tmp_path / "one.json").read_text())
+    assert result["info"]["parameters"]["pivot"] == 2 and result["info"]["parameters"]["round_trip_max"] == 3.0  # 2 -> 0 -> 1 and back
+    assert "edges graph of 3 workers, 3 edges" in result["info"]["timing"]
+    completed = run_one("-m", "mpiopt", "async-sgd", "--problem", "heterogeneous-quadratic", "--problem-opt",
+                        "workers=4", "--graph", "ring", "--graph-opt", "rho=0.5", "--workers", "4", "--quiet",
+                        "--method", "all", "--max-steps", "3", "--output", "all.json", cwd=tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert {"fragile", "amelie"} <= set(json.loads((tmp_path / "all.json").read_text())["methods"])

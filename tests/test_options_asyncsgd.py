@@ -23,7 +23,7 @@ from mpiopt.core.random import random_stream
 from mpiopt.slurm import render_script
 
 SELF = MPI.COMM_SELF
-KINDS = ("asyncsgd-method", "asyncsgd-problem", "tau-model", "workload")
+KINDS = ("asyncsgd-method", "asyncsgd-problem", "tau-model", "workload", "power-model", "asyncsgd-graph")
 
 
 # -- the declarations of the built-in pieces -----------------------------------------------------------------
@@ -299,7 +299,7 @@ def test_the_docs_tables_are_generated_from_the_declarations():
     from mpiopt.slurm.render import RESUMING_OPTIONS
     docs = Path(__file__).resolve().parent.parent / "docs"
     async_sgd_page, cluster_page = (docs / "async_sgd.md").read_text(), (docs / "cluster.md").read_text()
-    for kind in KINDS[:3]:
+    for kind in (*KINDS[:3], *KINDS[4:]):  # the workloads are in docs/cluster.md
         for name in registry.names(kind):
             cells = "; ".join(f"`{option_name}` ({option.constraint()}, default {option.default!r}): {option.help}"
                               for option_name, option in registry.options(kind, name).items()) or "none"

@@ -35,6 +35,7 @@ from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
 from . import malenia, mindflayer, shadowheart  # noqa: F401
 from . import freya  # noqa: F401
+from . import amelie, fragile  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .checkpoint import Checkpoint
 from .problems import PROBLEMS, Problem, get_problem
@@ -44,6 +45,7 @@ from .settings import RUNTIMES, AsyncSGDSettings, route_method_options
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
 from .theory import default_batch, default_step_size, predicted_times
+from .graphs import Graph, get_graph
 from .power import POWER_MODELS, PowerTrace, get_power_model
 from .timing import LinkTimes, Timing
 
@@ -120,7 +122,8 @@ def make_timing(options, compute, n_workers, dim):
     links = {name: None if getattr(options, name) is None else
              LinkTimes(getattr(options, name), getattr(options, name + "_scale")) for name in ("upload", "download")}
     power = None if options.power is None else get_power_model(options.power, **(options.power_options or {}))
-    return Timing(compute, n_workers, dim, power=power, **links)
+    graph = None if options.graph is None else get_graph(options.graph, n_workers, **(options.graph_options or {}))
+    return Timing(compute, n_workers, dim, power=power, graph=graph, **links)
 
 
 def _simulate_on_root(problem, timing, options, comm, started, log_stream=None, root=0):

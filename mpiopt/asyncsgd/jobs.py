@@ -26,7 +26,11 @@ more (``Method.job(worker)``) gives a :class:`Job`:
   alone, grad f_j(x), not a stochastic gradient; with ``difference`` the
   point the worker is given is two points [x, y] end to end and the job
   computes grad f_j(x) - grad f_j(y), priced as its b = 2 gradients
-  (Freya PAGE's ComputeGradient and ComputeBatchDifference).
+  (Freya PAGE's ComputeGradient and ComputeBatchDifference);
+* ``before`` and ``after``: times the job waits before computing (the point
+  travelling to the worker along a graph's tree) and after (its sum
+  travelling back to the pivot), priced on top of the timing model's links
+  (Fragile and Amelie SGD).
 
 :func:`compute` is the worker's side (the values that travel) and
 :func:`receive` the server's (the dense vector the method gets:
@@ -53,8 +57,10 @@ class Job:
     quantize: int = 0         # 8 or 4: the sum uploaded as one QSGD message of that many bits a level
     sample: int = -1          # j >= 0: grad f_j of a finite sum (b = 1), not a stochastic gradient
     difference: bool = False  # with a sample: grad f_j(x) - grad f_j(y) at the point [x, y] (b = 2)
+    before: float = 0.0       # time before computing: the point's travel to the worker (a graph's tree)
+    after: float = 0.0        # time after computing: the result's travel to the pivot
 
-    HEADER_SIZE = 8  # the floats of :meth:`as_header`
+    HEADER_SIZE = 10  # the floats of :meth:`as_header`
 
     def __post_init__(self):
         if int(self.gradients) < 1 or int(self.messages) < 0:
@@ -73,6 +79,8 @@ class Job:
                              f"without a budget, got {self}")
         if self.difference and self.sample < 0:
             raise ValueError(f"a difference job needs a sample j >= 0, got {self}")
+        if not (0 <= self.before < np.inf and 0 <= self.after < np.inf):
+            raise ValueError(f"a job's travel times must be finite and >= 0, got {self}")
 
     @property
     def plain(self):
@@ -80,16 +88,16 @@ class Job:
         return self == PLAIN
 
     def as_header(self):
-        """The job as eight float64 (b, m, K, budget or NaN, trials, quantize, sample, difference) for an MPI
-        message or a checkpoint."""
+        """The job as ten float64 (b, m, K, budget or NaN, trials, quantize, sample, difference, before, after)
+        for an MPI message or a checkpoint."""
         return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget,
-                float(self.trials), self.quantize, self.sample, float(self.difference)]
+                float(self.trials), self.quantize, self.sample, float(self.difference), self.before, self.after]
 
     @classmethod
     def from_header(cls, values):
-        b, m, k, budget, trials, bits, sample, difference = (float(v) for v in values)
+        b, m, k, budget, trials, bits, sample, difference, before, after = (float(v) for v in values)
         return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials), int(bits),
-                   int(sample), bool(difference))
+                   int(sample), bool(difference), before, after)
 
     def uploaded(self, dim):
         """What the upload costs, in coordinates (float64 values): m K, the QSGD payload's bytes / 8, or d."""
@@ -102,7 +110,7 @@ class Job:
     def to_dict(self):
         return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
                 "budget": self.budget, "trials": self.trials, "quantize": self.quantize, "sample": self.sample,
-                "difference": self.difference}
+                "difference": self.difference, "before": self.before, "after": self.after}
 
 
 PLAIN = Job()

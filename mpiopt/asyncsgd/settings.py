@@ -52,6 +52,8 @@ class AsyncSGDSettings(Settings):
     download_scale: float = 1.0    # the download times are multiplied by this
     power: str = None              # computation power in time (registry kind power-model: outages, trend, trace)
     power_options: dict = None     # the power model's declared options, e.g. {"period": 50, "fraction": 0.5}
+    graph: str = None              # fragile, amelie: the workers' graph (registry kind asyncsgd-graph: mesh, ...)
+    graph_options: dict = None     # the graph's declared options, e.g. {"rho": 10} or {"path": "edges.txt"}
     batch: int = _declared(RennalaSGD, "batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
     threshold: float = _declared(RingmasterASGD, "threshold")  # Ringmaster's R (None: the theory's; inf allowed)
     stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
@@ -98,6 +100,10 @@ class AsyncSGDSettings(Settings):
              lambda: f"power must be None or one of {', '.join(names('power-model'))}, got {self.power!r}"),
             (self.power_options is None or (isinstance(self.power_options, dict) and self.power is not None),
              f"power_options must be a dict, with a power model, got {self.power_options!r}"),
+            (self.graph is None or self.graph in names("asyncsgd-graph"),
+             lambda: f"graph must be None or one of {', '.join(names('asyncsgd-graph'))}, got {self.graph!r}"),
+            (self.graph_options is None or (isinstance(self.graph_options, dict) and self.graph is not None),
+             f"graph_options must be a dict, with a graph, got {self.graph_options!r}"),
             (_positive_or_none(self.epsilon), f"epsilon must be None or a number > 0, got {self.epsilon!r}"),
             (_positive_or_none(self.step_size), f"step_size must be None or a number > 0, got {self.step_size!r}"),
             (self.batch is None or (integer(self.batch) and self.batch >= 1),

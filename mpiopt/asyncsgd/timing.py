@@ -21,6 +21,10 @@ Shadowheart paper's worker: "computing, then sending").  With a time budget
 per attempt (MindFlayer SGD) a gradient whose attempt would run over the
 budget costs the budget and is begun anew with a fresh compute time.
 
+A job's own travel times (``before``/``after``: a graph's tree, for Fragile
+and Amelie SGD) come on top: before + d v_i + compute + upload + after.
+A graph (:mod:`.graphs`) is kept as ``graph``; only the graph methods use it.
+
 With a power model (:mod:`.power`, the universal computation model) the
 computing part runs at worker i's power p_i(t): it ends when the integral of
 p_i from its start reaches the compute time, so a job's length depends on
@@ -63,8 +67,9 @@ class Timing:
     """Compute times (a :class:`.taus.TauModel`) and, when given, per-coordinate upload and download times
     of ``n_workers`` workers on a problem of ``dim`` coordinates."""
 
-    def __init__(self, compute, n_workers, dim, upload=None, download=None, power=None):
+    def __init__(self, compute, n_workers, dim, upload=None, download=None, power=None, graph=None):
         self.compute, self.n_workers, self.dim = compute, int(n_workers), int(dim)
+        self.graph = graph
         self.power = power
         self.traces = None if power is None else power.traces(self.n_workers)
         self.time_varying = self.traces is not None and not all(
@@ -112,17 +117,20 @@ class Timing:
             down = self.download_per_coordinate()[index] * dim
             up = self.upload_per_coordinate()[index] * job.uploaded(dim)
         if self.time_varying and compute < math.inf:  # compute at the worker's power, after the download
-            began = start + down
+            began = start + job.before + down
             compute = self.traces[index].finish(began, compute) - began
+        travel = job.before + job.after
         if not self.communicates:
-            return compute, done
-        return float(compute + (down + up)), done  # the same sum as the default job's Shifted model
+            return (compute + travel if travel else compute), done
+        return float(compute + (down + up) + travel), done  # the same sum as the default job's Shifted model
 
     def describe(self):
         parts = [f"compute {self.compute.describe()}"]
         parts += [f"{name} {link.describe()} per coordinate" for name, link in self.links.items() if link]
         if self.time_varying:
             parts.append(f"power {self.power.describe()}")
+        if self.graph is not None:
+            parts.append(self.graph.describe())
         return ", ".join(parts)
 
 

@@ -63,6 +63,7 @@ def add_parser(commands):
     times.add_argument("--taus", type=_times, metavar="T1,T2,...", help="fixed compute times, one per worker")
     add_options_flag(sgd, "tau-model", "tau")
     add_options_flag(sgd, "power-model", "power")
+    add_options_flag(sgd, "asyncsgd-graph", "graph")
     add_options_flag(sgd, "asyncsgd-method")
     group = sgd.add_argument_group("problem")
     group.add_argument("--problem", default="quadratic", choices=names("asyncsgd-problem"),
@@ -85,6 +86,9 @@ def add_parser(commands):
                       "help": "ringmaster: delay threshold, an integer or inf (default: the theory's)"},
         "batch": {"type": int, "default": None, "metavar": "B",
                   "help": "rennala: gradients per step (default: the theory's)"},
+        "graph": {"choices": names("asyncsgd-graph"), "default": None,
+                  "help": "fragile, amelie: the workers' graph (times per edge: --graph-opt rho=T, or --graph edges "
+                          "--graph-opt path=FILE of lines 'i j rho')"},
         "upload": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,..."},
         "download": {"type": _link, "default": None, "metavar": "MODEL|T1,T2,..."}}
     settings = add_settings_flags(group, AsyncSGDSettings, shown=shown)
@@ -140,7 +144,8 @@ def run_async_sgd(args, comm):
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     # all: in registration order, but those that cannot run with these settings (shadowheart: no upload)
-    names = methods(AsyncSGDSettings(upload=args.upload), args.problem) if args.method == "all" else [args.method]
+    names = methods(AsyncSGDSettings(upload=args.upload, graph=args.graph),
+                                                   args.problem) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers,
                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
@@ -159,9 +164,12 @@ def run_async_sgd(args, comm):
                                                                                      args.method)
     tau_options, tau_problem = _model_options(args, "tau-model", "tau")
     power_options, power_problem = _model_options(args, "power-model", "power")
-    check_collectively(comm, problem or tau_problem or power_problem)
+    graph_options, graph_problem = _model_options(args, "asyncsgd-graph", "graph")
+    check_collectively(comm, problem or tau_problem or power_problem or graph_problem)
     if power_options:
         common["power_options"] = power_options
+    if graph_options:
+        common["graph_options"] = graph_options
     if method_options:
         common["method_options"] = method_options
     if tau_options:

@@ -41,7 +41,7 @@ BUILTIN_KINDS = {
     "strategy": "mpiopt.federated", "partition": "mpiopt.federated", "hook": "mpiopt.federated",
     "attack": "mpiopt.federated",
     "asyncsgd-method": "mpiopt.asyncsgd", "asyncsgd-problem": "mpiopt.asyncsgd", "tau-model": "mpiopt.asyncsgd",
-    "power-model": "mpiopt.asyncsgd",
+    "power-model": "mpiopt.asyncsgd", "asyncsgd-graph": "mpiopt.asyncsgd",
     "workload": "mpiopt.slurm",
 }
 _loaded = set()  # the kinds whose package has been imported (or is being imported)

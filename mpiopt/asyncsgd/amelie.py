@@ -1,0 +1,63 @@
+"""Amelie SGD (Tyurin and Richtarik, "On the optimal time complexities in decentralized stochastic
+asynchronous optimization", NeurIPS 2024): Malenia's rounds on a graph, for heterogeneous data.
+
+Worker i holds f_i and f = (1/n) sum_i f_i, so every worker must be heard
+from.  As in Fragile SGD (:mod:`.fragile`) the pivot broadcasts x_k on its
+shortest-path tree and the workers' partial sums come back along it; the
+pivot keeps a sum g_i and a count B_i per worker and steps once every B_i >= 1
+and (1/n sum_i 1/B_i)^(-1) >= S/n, S = max(ceil(sigma^2/eps), n):
+
+    x_{k+1} = x_k - gamma (1/n) sum_i g_i / B_i,     gamma = 1/(2L)
+
+Its time, optimal for heterogeneous data (constants dropped):
+
+    T_Amelie = (L Delta / eps) max{max_{i,j} tau_{i->j}, max_i h_i, (sigma^2 / (n eps)) (1/n) sum_i h_i}
+
+The pivot by default is the graph's centre (the least max_i tau_{j->i} +
+tau_{i->j}), which the slowest round trip bounds.  Per step the pivot receives
+sum_i B_i gradients in partial sums, and x crosses every tree edge once.
+"""
+import numpy as np
+
+from ..core.options import Option, Options
+from ..core.registry import register
+from .graphs import TreeJobs, amelie_time, graph_of, pivot_times
+from .malenia import MaleniaSGD, malenia_batch
+
+
+@register("asyncsgd-method", "amelie")
+class AmelieSGD(TreeJobs, MaleniaSGD):
+    name = "amelie"
+    uses_jobs = True
+    options = Options(
+        Option("batch", int, None, "S: stop collecting once (1/n sum 1/B_i)^(-1) >= S/n (None: max(ceil("
+                                   "sigma^2/eps), n))", low=1),
+        Option("pivot", int, None, "the pivot worker (None: the graph's centre)", low=0))
+
+    @classmethod
+    def unavailable(cls, settings, problem=None):
+        return None if settings.graph is not None else "it needs the workers' graph (--graph)"
+
+    @classmethod
+    def timing_options(cls, values, problem, epsilon, timing):
+        graph = graph_of(cls, timing)
+        tau = graph.times()
+        pivot = int(np.argmin(np.max(tau + tau.T, axis=1))) if values["pivot"] is None else values["pivot"]
+        if pivot >= graph.n:
+            raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
+        before, after = pivot_times(graph, pivot)
+        return {"batch": values["batch"] or malenia_batch(problem.sigma2, epsilon, timing.n_workers),
+                "pivot": pivot, "before": before, "after": after}
+
+    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
+        super().__init__(x0, n_workers, step_size, batch)
+        self.pivot = int(pivot)
+        self._tree_jobs(before, after)
+
+    def parameters(self):
+        return {"step_size": self.step_size, "batch": self.batch_size, "pivot": self.pivot,
+                "round_trip_max": float(np.max(self.before + self.after))}
+
+    def predicted(self, problem, timing, epsilon):
+        h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
+        return {"amelie": amelie_time(timing.graph, h, problem.sigma2, epsilon, problem.L, problem.Delta)}

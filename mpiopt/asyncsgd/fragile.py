@@ -1,0 +1,80 @@
+"""Fragile SGD (Tyurin and Richtarik, "On the optimal time complexities in decentralized stochastic
+asynchronous optimization", NeurIPS 2024): Rennala's rounds on a graph, around a pivot.
+
+The workers sit on a graph with a time rho per vector and edge (:mod:`.graphs`);
+a vector from i to j takes the shortest-path time tau_{i->j}.  The pivot j
+holds x_k and broadcasts it on its shortest-path tree; every worker computes
+stochastic gradients at x_k one after another and sends partial sums back up
+the tree; the pivot steps as soon as S gradients computed at x_k have reached
+it, then broadcasts x_{k+1}:
+
+    x_{k+1} = x_k - gamma (1/B) sum_{l<=B} g_l(x_k),   B >= S = max(ceil(sigma^2/eps), 1),  gamma = 1/(2L)
+
+Worker i's k-th gradient of a round reaches the pivot at t_round + tau_{j->i} +
+h_i1 + ... + h_ik + tau_{i->j} (:class:`.graphs.TreeJobs`): a worker too far
+away never contributes (the fragile ones), which no worker has to decide.  The
+pivot is the formula's:
+
+    T_Fragile = (L Delta / eps) min_j t*(S, h, tau_{.->j} + tau_{j->.})
+    t*(S, h, tau) = min_k max{max(tau_pi_k, h_pi_k), S (sum_{i<=k} 1/h_pi_i)^(-1)}
+
+(constants dropped), optimal up to a log(n + 1) factor on the one-way times.
+Per step the pivot receives B gradients in partial sums, and x crosses every
+tree edge once.  Both runtimes price the tree's times as delays of the jobs;
+the messages themselves go between the server and the workers.
+"""
+import numpy as np
+
+from ..core.options import Option, Options
+from ..core.registry import register
+from . import theory
+from .graphs import TreeJobs, equilibrium, fragile_time, graph_of, pivot_times
+from .rennala import RennalaSGD
+
+
+@register("asyncsgd-method", "fragile")
+class FragileSGD(TreeJobs, RennalaSGD):
+    name = "fragile"
+    uses_jobs = True
+    options = Options(
+        Option("batch", int, None, "S, gradients per step (None: max(1, ceil(sigma^2/epsilon)))", low=1),
+        Option("pivot", int, None, "the pivot worker (None: the one of least predicted time)", low=0))
+
+    @classmethod
+    def unavailable(cls, settings, problem=None):
+        return None if settings.graph is not None else "it needs the workers' graph (--graph)"
+
+    @classmethod
+    def timing_options(cls, values, problem, epsilon, timing):
+        graph = graph_of(cls, timing)
+        h = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+        batch = values["batch"] or theory.default_batch(problem.sigma2, epsilon)
+        _, best = fragile_time(graph, h, batch * epsilon, epsilon, problem.L, problem.Delta)
+        pivot = best if values["pivot"] is None else values["pivot"]
+        if pivot >= graph.n:
+            raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
+        before, after = pivot_times(graph, pivot)
+        return {"batch": batch, "pivot": int(pivot), "before": before, "after": after}
+
+    @classmethod
+    def default_step_size(cls, problem, n_workers, epsilon, values):
+        return 1 / (2 * problem.L)
+
+    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
+        super().__init__(x0, n_workers, step_size, batch, restart=True)
+        self.pivot = int(pivot)
+        self._tree_jobs(before, after)
+
+    def parameters(self):
+        return {"step_size": self.step_size, "batch": self.batch_size, "pivot": self.pivot,
+                "round_trip_max": float(np.max(self.before + self.after))}
+
+    def predicted(self, problem, timing, epsilon):
+        h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
+        best, _ = fragile_time(timing.graph, h, self.batch_size * epsilon, epsilon, problem.L, problem.Delta)
+        own = self._at_pivot(timing, h, problem, epsilon)
+        return {"fragile": own, "fragile_best_pivot": best}
+
+    def _at_pivot(self, timing, h, problem, epsilon):
+        value = equilibrium(self.batch_size, h, self.before + self.after)
+        return float(problem.L * problem.Delta / epsilon * value)

@@ -165,3 +165,28 @@ def pytest_runtest_logreport(report):
         sys.__stderr__.write(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when}):\n{report.longreprtext}\n"
                              f"[rank {rank}] end of {report.nodeid}\n")
         sys.__stderr__.flush()
+
+
+def check_async_sgd_resumes_bit_for_bit(tmp_path, name, problem, hook, call, **common):
+    """An async-sgd run on ``problem`` (built as registered ``name``) SIGTERMed at the ``call``-th call of its
+    method ``hook`` (in the middle of a round) writes its checkpoint; resumed from it, the run ends as one
+    that never stopped: the same iterate, history, trace, time and per-worker counts."""
+    import signal
+
+    from mpiopt.asyncsgd import async_sgd
+    reference = async_sgd(name, comm=MPI.COMM_SELF, trace=True, **common)
+    plain, calls = getattr(problem, hook), [0]
+
+    def interrupting(*args):
+        calls[0] += 1
+        if calls[0] == call:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return plain(*args)
+    setattr(problem, hook, interrupting)
+    path = str(tmp_path / "run.npz")
+    interrupted = async_sgd(problem, comm=MPI.COMM_SELF, checkpoint=path, trace=True, **common)
+    assert interrupted.status == "interrupted" and 0 < interrupted.steps < common["max_steps"]
+    resumed = async_sgd(name, comm=MPI.COMM_SELF, checkpoint=path, trace=True, **common)
+    np.testing.assert_array_equal(resumed.x, reference.x)
+    assert resumed.history == reference.history and resumed.info["trace"] == reference.info["trace"]
+    assert resumed.time == reference.time and resumed.info["workers"] == reference.info["workers"]

@@ -7,14 +7,13 @@ documented order: each job's j as a worker starts (all workers in worker order w
 coin as a phase ends; [m] \\ M is a list whose collected j is swapped with the last live entry.
 """
 import math
-import os
-import signal
 from fractions import Fraction
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
+from conftest import check_async_sgd_resumes_bit_for_bit
 from mpiopt.asyncsgd import async_sgd, get_problem, methods
 from mpiopt.asyncsgd.freya import collection_time, freya_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
@@ -138,25 +137,10 @@ def test_the_collection_time_bounds_a_brute_force_count(count):
 
 
 def test_a_checkpointed_freya_run_resumes_bit_for_bit(tmp_path):
-    common = dict(problem_options=ROWS, seed=SEED, method="freya-page", batch=3, probability=0.4, tau=TAUS,
-                  n_workers=5, epsilon=1e-6, stop_at_epsilon=False, max_steps=25, trace=True)
-    reference = async_sgd("least-squares", comm=SELF, **common)
-    problem, calls = get_problem("least-squares", seed=SEED, **ROWS), [0]
-    plain = problem.sample_grad
-
-    def sample_grad(j, x):  # a SIGTERM in the middle of a phase
-        calls[0] += 1
-        if calls[0] == 150:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return plain(j, x)
-    problem.sample_grad = sample_grad
-    path = str(tmp_path / "run.npz")
-    interrupted = async_sgd(problem, comm=SELF, checkpoint=path, **common)
-    assert interrupted.status == "interrupted" and 0 < interrupted.steps < 25
-    resumed = async_sgd("least-squares", comm=SELF, checkpoint=path, **common)
-    np.testing.assert_array_equal(resumed.x, reference.x)
-    assert resumed.history == reference.history and resumed.info["trace"] == reference.info["trace"]
-    assert resumed.time == reference.time and resumed.info["workers"] == reference.info["workers"]
+    check_async_sgd_resumes_bit_for_bit(
+        tmp_path, "least-squares", get_problem("least-squares", seed=SEED, **ROWS), "sample_grad", 150,
+        problem_options=ROWS, seed=SEED, method="freya-page", batch=3, probability=0.4, tau=TAUS, n_workers=5,
+        epsilon=1e-6, stop_at_epsilon=False, max_steps=25)
 
 
 def test_freya_page_refuses_a_problem_that_is_not_a_finite_sum():

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from conftest import check_async_sgd_resumes_bit_for_bit
 from mpiopt.asyncsgd import async_sgd, get_graph, get_problem, methods
 from mpiopt.asyncsgd.graphs import Graph, amelie_time, equilibrium, fragile_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
@@ -192,27 +193,10 @@ def test_the_graph_methods_need_a_graph_and_refuse_a_bad_pivot():
 
 
 def test_a_checkpointed_fragile_run_resumes_bit_for_bit(tmp_path):
-    import os
-    import signal
-    common = dict(problem_options={"dim": 5, "noise": 1.0}, seed=1, method="fragile", batch=5, tau="lognormal",
-                  graph="torus", graph_options={"rho": 0.3}, n_workers=9, stop_at_epsilon=False, max_steps=30,
-                  trace=True)
-    reference = async_sgd("quadratic", comm=SELF, **common)
-    problem, calls = get_problem("quadratic", dim=5, noise=1.0), [0]
-    plain = problem.stochastic_grad
-
-    def stochastic_grad(x, rng):
-        calls[0] += 1
-        if calls[0] == 70:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return plain(x, rng)
-    problem.stochastic_grad = stochastic_grad
-    path = str(tmp_path / "run.npz")
-    interrupted = async_sgd(problem, comm=SELF, checkpoint=path, **common)
-    assert interrupted.status == "interrupted" and 0 < interrupted.steps < 30
-    resumed = async_sgd("quadratic", comm=SELF, checkpoint=path, **common)
-    np.testing.assert_array_equal(resumed.x, reference.x)
-    assert resumed.info["trace"] == reference.info["trace"] and resumed.time == reference.time
+    check_async_sgd_resumes_bit_for_bit(
+        tmp_path, "quadratic", get_problem("quadratic", dim=5, noise=1.0), "stochastic_grad", 70,
+        problem_options={"dim": 5, "noise": 1.0}, seed=1, method="fragile", batch=5, tau="lognormal",
+        graph="torus", graph_options={"rho": 0.3}, n_workers=9, stop_at_epsilon=False, max_steps=30)
 
 
 # -- on MPI ranks: the tree's times emulated as the jobs' delays, the simulator's iterates -------------------

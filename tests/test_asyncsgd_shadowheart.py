@@ -7,13 +7,12 @@ w_i, the normalised step) transcribed below and driven by a loop of its own.
 """
 import itertools
 import math
-import os
-import signal
 
 import numpy as np
 import pytest
 from mpi4py import MPI
 
+from conftest import check_async_sgd_resumes_bit_for_bit
 from mpiopt.asyncsgd import async_sgd, get_problem
 from mpiopt.asyncsgd.shadowheart import equilibrium_root, equilibrium_time
 from mpiopt.core.comm import CollectiveError
@@ -165,26 +164,10 @@ def test_shadowheart_without_upload_times_is_refused_with_the_reason():
 
 
 def test_a_checkpointed_shadowheart_run_resumes_bit_for_bit(tmp_path):
-    common = dict(problem_options={"dim": DIM, "noise": 1.0}, seed=SEED, method="shadowheart", coordinates=K,
-                  tau="lognormal", upload=UPLOAD, n_workers=5, epsilon=EPS, stop_at_epsilon=False, max_steps=30,
-                  trace=True)
-    reference = async_sgd("quadratic", comm=SELF, **common)
-    problem, calls = get_problem("quadratic", dim=DIM, noise=1.0, seed=SEED), [0]
-    plain = problem.stochastic_grad
-
-    def stochastic_grad(x, rng):  # a SIGTERM in the middle of a round
-        calls[0] += 1
-        if calls[0] == 200:
-            os.kill(os.getpid(), signal.SIGTERM)
-        return plain(x, rng)
-    problem.stochastic_grad = stochastic_grad
-    path = str(tmp_path / "run.npz")
-    interrupted = async_sgd(problem, comm=SELF, checkpoint=path, **common)
-    assert interrupted.status == "interrupted" and 0 < interrupted.steps < 30
-    resumed = async_sgd("quadratic", comm=SELF, checkpoint=path, **common)
-    np.testing.assert_array_equal(resumed.x, reference.x)
-    assert resumed.history == reference.history and resumed.info["trace"] == reference.info["trace"]
-    assert resumed.time == reference.time and resumed.info["workers"] == reference.info["workers"]
+    check_async_sgd_resumes_bit_for_bit(
+        tmp_path, "quadratic", get_problem("quadratic", dim=DIM, noise=1.0, seed=SEED), "stochastic_grad", 200,
+        problem_options={"dim": DIM, "noise": 1.0}, seed=SEED, method="shadowheart", coordinates=K,
+        tau="lognormal", upload=UPLOAD, n_workers=5, epsilon=EPS, stop_at_epsilon=False, max_steps=30)
 
 
 # -- on MPI ranks: the messages travel, the same iterates ------------------------------------------------------

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .graphs import TreeJobs, amelie_time, graph_of, pivot_times
+from .graphs import TreeJobs, amelie_time, graph_of
 from .malenia import MaleniaSGD, malenia_batch
 
 
@@ -35,28 +35,19 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
         Option("pivot", int, None, "the pivot worker (None: the graph's centre)", low=0))
 
     @classmethod
-    def unavailable(cls, settings, problem=None):
-        return None if settings.graph is not None else "it needs the workers' graph (--graph)"
-
-    @classmethod
     def timing_options(cls, values, problem, epsilon, timing):
         graph = graph_of(cls, timing)
         tau = graph.times()
         pivot = int(np.argmin(np.max(tau + tau.T, axis=1))) if values["pivot"] is None else values["pivot"]
-        if pivot >= graph.n:
-            raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
-        before, after = pivot_times(graph, pivot)
         return {"batch": values["batch"] or malenia_batch(problem.sigma2, epsilon, timing.n_workers),
-                "pivot": pivot, "before": before, "after": after}
+                **cls.tree_options(graph, pivot)}
 
     def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
         super().__init__(x0, n_workers, step_size, batch)
-        self.pivot = int(pivot)
-        self._tree_jobs(before, after)
+        self._tree_jobs(pivot, before, after)
 
     def parameters(self):
-        return {"step_size": self.step_size, "batch": self.batch_size, "pivot": self.pivot,
-                "round_trip_max": float(np.max(self.before + self.after))}
+        return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
 
     def predicted(self, problem, timing, epsilon):
         h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))

@@ -28,7 +28,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
-from .graphs import TreeJobs, equilibrium, fragile_time, graph_of, pivot_times
+from .graphs import TreeJobs, equilibrium, fragile_time, graph_of
 from .rennala import RennalaSGD
 
 
@@ -41,20 +41,13 @@ class FragileSGD(TreeJobs, RennalaSGD):
         Option("pivot", int, None, "the pivot worker (None: the one of least predicted time)", low=0))
 
     @classmethod
-    def unavailable(cls, settings, problem=None):
-        return None if settings.graph is not None else "it needs the workers' graph (--graph)"
-
-    @classmethod
     def timing_options(cls, values, problem, epsilon, timing):
         graph = graph_of(cls, timing)
         h = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
         batch = values["batch"] or theory.default_batch(problem.sigma2, epsilon)
         _, best = fragile_time(graph, h, batch * epsilon, epsilon, problem.L, problem.Delta)
         pivot = best if values["pivot"] is None else values["pivot"]
-        if pivot >= graph.n:
-            raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
-        before, after = pivot_times(graph, pivot)
-        return {"batch": batch, "pivot": int(pivot), "before": before, "after": after}
+        return {"batch": batch, **cls.tree_options(graph, pivot)}
 
     @classmethod
     def default_step_size(cls, problem, n_workers, epsilon, values):
@@ -62,12 +55,10 @@ class FragileSGD(TreeJobs, RennalaSGD):
 
     def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
         super().__init__(x0, n_workers, step_size, batch, restart=True)
-        self.pivot = int(pivot)
-        self._tree_jobs(before, after)
+        self._tree_jobs(pivot, before, after)
 
     def parameters(self):
-        return {"step_size": self.step_size, "batch": self.batch_size, "pivot": self.pivot,
-                "round_trip_max": float(np.max(self.before + self.after))}
+        return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
 
     def predicted(self, problem, timing, epsilon):
         h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))

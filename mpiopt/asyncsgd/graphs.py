@@ -199,7 +199,23 @@ class TreeJobs:
     tau_{i->pivot}: the worker computes while its partial sums travel up the tree, merged on the way
     (the links are not congested: one partial sum per edge at a time, as the paper's analysis counts)."""
 
-    def _tree_jobs(self, before, after):
+    @classmethod
+    def unavailable(cls, settings, problem=None):
+        return None if settings.graph is not None else "it needs the workers' graph (--graph)"
+
+    @classmethod
+    def tree_options(cls, graph, pivot):
+        """The pivot's keywords of ``__init__``: the pivot and the tree's times (before, after) per worker."""
+        if pivot >= graph.n:
+            raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
+        before, after = pivot_times(graph, pivot)
+        return {"pivot": int(pivot), "before": before, "after": after}
+
+    def tree_parameters(self):
+        return {"pivot": self.pivot, "round_trip_max": float(np.max(self.before + self.after))}
+
+    def _tree_jobs(self, pivot, before, after):
+        self.pivot = int(pivot)
         self.before, self.after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
         self.round_of = np.full(self.n_workers, -1, dtype=np.int64)  # the step of each worker's last first job
 

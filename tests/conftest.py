@@ -190,3 +190,24 @@ def check_async_sgd_resumes_bit_for_bit(tmp_path, name, problem, hook, call, **c
     np.testing.assert_array_equal(resumed.x, reference.x)
     assert resumed.history == reference.history and resumed.info["trace"] == reference.info["trace"]
     assert resumed.time == reference.time and resumed.info["workers"] == reference.info["workers"]
+
+
+def check_mpi_run_is_the_simulated_one(comm, name, taus, separation, time_unit, **common):
+    """``common`` (an async-sgd run with trace=True) on the mpi runtime of ``comm`` (its workers timed by
+    ``taus[n]``) against the simulator's run: the fixed times keep the simulated arrivals ``separation`` units
+    apart (checked), so the real ranks see the same events in the same order and give the same bits, on every
+    rank.  Returns (simulated, run); skips without a server and a worker, or with no times for n workers."""
+    from mpiopt.asyncsgd import async_sgd
+    n = comm.size - 1
+    if n not in taus:
+        pytest.skip(f"the mpi runtime needs a server and {min(taus)}-{max(taus)} workers here")
+    simulated = async_sgd(name, comm=MPI.COMM_SELF, n_workers=n, tau=taus[n], **common)
+    times = sorted({event[0] for event in simulated.info["trace"]})
+    assert len(times) < 2 or min(np.diff(times)) >= separation
+    run = async_sgd(name, comm=comm, runtime="mpi", time_unit=time_unit, tau=taus[n], **common)
+    assert [tuple(e[1:]) for e in run.info["trace"]] == [tuple(e[1:]) for e in simulated.info["trace"]]
+    np.testing.assert_array_equal(run.x, simulated.x)
+    assert run.info["workers"] == {**simulated.info["workers"], "cancelled": run.info["workers"]["cancelled"]}
+    assert simulated.time <= run.time <= simulated.time + 0.1 * run.gradients + 1.0
+    assert all(np.array_equal(other, run.x) for other in comm.allgather(run.x))
+    return simulated, run

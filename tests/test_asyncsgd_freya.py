@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import check_async_sgd_resumes_bit_for_bit
+from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
 from mpiopt.asyncsgd import async_sgd, get_problem, methods
 from mpiopt.asyncsgd.freya import collection_time, freya_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
@@ -237,17 +237,7 @@ FREYA_TAUS = {1: [1.0], 2: [2.65, 3.7], 3: [2.3, 2.9, 4.1]}
 @pytest.mark.many_ranks
 @pytest.mark.timeout(120)
 def test_freya_page_on_mpi_ranks_gives_the_simulators_iterates(comm):
-    n = comm.size - 1
-    if n not in FREYA_TAUS:
-        pytest.skip("the mpi runtime needs a server and 1-3 workers here")
-    common = dict(problem_options={"rows": 8, "dim": 3}, method="freya-page", tau=FREYA_TAUS[n], max_steps=4,
-                  stop_at_epsilon=False, trace=True, seed=7, batch=3, probability=0.5, epsilon=1e-6)
-    simulated = async_sgd("least-squares", comm=SELF, n_workers=n, **common)
-    times = sorted({event[0] for event in simulated.info["trace"]})
-    assert len(times) < 2 or min(np.diff(times)) >= 0.49
+    simulated, _ = check_mpi_run_is_the_simulated_one(
+        comm, "least-squares", FREYA_TAUS, 0.49, 0.1, problem_options={"rows": 8, "dim": 3}, method="freya-page",
+        max_steps=4, stop_at_epsilon=False, trace=True, seed=7, batch=3, probability=0.5, epsilon=1e-6)
     assert simulated.gradients > len(simulated.info["trace"])  # some difference jobs (two gradients) ran
-    run = async_sgd("least-squares", comm=comm, runtime="mpi", time_unit=0.1, **common)
-    assert [tuple(e[1:]) for e in run.info["trace"]] == [tuple(e[1:]) for e in simulated.info["trace"]]
-    np.testing.assert_array_equal(run.x, simulated.x)
-    assert run.info["workers"] == {**simulated.info["workers"], "cancelled": run.info["workers"]["cancelled"]}
-    assert all(np.array_equal(other, run.x) for other in comm.allgather(run.x))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import check_async_sgd_resumes_bit_for_bit
+from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
 from mpiopt.asyncsgd import async_sgd, get_graph, get_problem, methods
 from mpiopt.asyncsgd.graphs import Graph, amelie_time, equilibrium, fragile_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
@@ -207,16 +207,6 @@ GRAPH_TAUS = {1: [1.0], 2: [2.3, 2.65], 3: [2.25, 2.55, 2.9]}
 @pytest.mark.many_ranks
 @pytest.mark.timeout(120)
 def test_fragile_on_mpi_ranks_gives_the_simulators_iterates(comm):
-    n = comm.size - 1
-    if n not in GRAPH_TAUS:
-        pytest.skip("the mpi runtime needs a server and 1-3 workers here")
-    common = dict(problem_options={"dim": 4, "noise": 1.0}, method="fragile", tau=GRAPH_TAUS[n], graph="line",
-                  graph_options={"rho": 0.45}, batch=2, max_steps=6, stop_at_epsilon=False, trace=True, seed=5)
-    simulated = async_sgd("quadratic", comm=SELF, n_workers=n, **common)
-    times = sorted({event[0] for event in simulated.info["trace"]})
-    assert len(times) < 2 or min(np.diff(times)) >= 0.29
-    run = async_sgd("quadratic", comm=comm, runtime="mpi", time_unit=0.15, **common)
-    assert [tuple(e[1:]) for e in run.info["trace"]] == [tuple(e[1:]) for e in simulated.info["trace"]]
-    np.testing.assert_array_equal(run.x, simulated.x)
-    assert simulated.time <= run.time <= simulated.time + 0.1 * run.gradients + 1.0
-    assert all(np.array_equal(other, run.x) for other in comm.allgather(run.x))
+    check_mpi_run_is_the_simulated_one(
+        comm, "quadratic", GRAPH_TAUS, 0.29, 0.15, problem_options={"dim": 4, "noise": 1.0}, method="fragile",
+        graph="line", graph_options={"rho": 0.45}, batch=2, max_steps=6, stop_at_epsilon=False, trace=True, seed=5)

@@ -210,3 +210,14 @@ def test_fragile_on_mpi_ranks_gives_the_simulators_iterates(comm):
     check_mpi_run_is_the_simulated_one(
         comm, "quadratic", GRAPH_TAUS, 0.29, 0.15, problem_options={"dim": 4, "noise": 1.0}, method="fragile",
         graph="line", graph_options={"rho": 0.45}, batch=2, max_steps=6, stop_at_epsilon=False, trace=True, seed=5)
+
+
+def test_every_run_on_a_graph_predicts_the_decentralized_methods_times():
+    result = async_sgd("quadratic", comm=SELF, method="rennala", n_workers=9, tau="sqrt", graph="mesh",
+                       graph_options={"rho": 2.0}, max_steps=2)
+    problem, graph = get_problem("quadratic"), get_graph("mesh", 9, rho=2.0)
+    h, epsilon = np.sqrt(np.arange(1, 10)), result.info["epsilon"]
+    assert result.predicted["fragile"] == fragile_time(graph, h, problem.sigma2, epsilon, problem.L,
+                                                       problem.Delta)[0]
+    assert result.predicted["amelie"] == amelie_time(graph, h, problem.sigma2, epsilon, problem.L, problem.Delta)
+    assert "fragile" not in async_sgd("quadratic", comm=SELF, n_workers=3, max_steps=1).predicted

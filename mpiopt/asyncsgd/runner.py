@@ -14,6 +14,7 @@ import numpy as np
 from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
+from .graphs import amelie_time, fragile_time
 from .power import universal_time
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
 
@@ -143,6 +144,11 @@ def prepare(problem, timing, settings, log_stream=None):
         predicted["rennala"] = predicted["ringmaster"] = universal_time(
             timing.traces, timing.plain_model().mean(np.arange(1, timing.n_workers + 1)),
             theory.default_batch(problem.sigma2, epsilon), math.ceil(problem.L * problem.Delta / epsilon))
+    if timing.graph is not None:  # the decentralized methods' times on this graph, whichever method runs
+        means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+        predicted["fragile"] = fragile_time(timing.graph, means, problem.sigma2, epsilon, problem.L,
+                                            problem.Delta)[0]
+        predicted["amelie"] = amelie_time(timing.graph, means, problem.sigma2, epsilon, problem.L, problem.Delta)
     predicted.update(method.predicted(problem, timing, epsilon))
     return method, recorder, predicted
 

@@ -42,6 +42,7 @@ declared options, and the step size of Asynchronous SGD's theory by default.
 import numpy as np
 
 from ..core.options import NO_OPTIONS
+from ..core.random import restore_stream, stream_words
 from . import theory
 from .jobs import PLAIN
 
@@ -135,7 +136,8 @@ class Method:
 
     def state(self, skip=()):
         """(arrays, JSON values) of everything the method holds, for a checkpoint (:mod:`.checkpoint`): its
-        attributes but ``skip``, arrays by name, an :class:`Accumulator` as its sum and count, numbers, strings,
+        attributes but ``skip``, arrays by name, an :class:`Accumulator` as its sum and count, a random stream
+        as its state's words (mpiopt.core.random.stream_words), numbers, strings,
         bools and None as they are.  A method with state of another kind (a dict of sets) overrides this and
         :meth:`load_state`; any other attribute is refused (TypeError naming it) rather than lost."""
         arrays, values = {}, {}
@@ -146,6 +148,8 @@ class Method:
                 arrays[name] = value
             elif isinstance(value, Accumulator):
                 arrays[name + "__total"], values[name + "__count"] = value.total, value.count
+            elif isinstance(value, np.random.Generator):  # a method's own stream (Freya PAGE's draws)
+                arrays[name + "__stream"] = stream_words(value)
             elif value is None or isinstance(value, (bool, int, float, str)):
                 values[name] = value
             else:
@@ -162,7 +166,9 @@ class Method:
             else:
                 setattr(self, name, value)
         for name, value in arrays.items():
-            if not name.endswith("__total"):
+            if name.endswith("__stream"):
+                restore_stream(getattr(self, name[:-8]), value)
+            elif not name.endswith("__total"):
                 setattr(self, name, np.array(value, dtype=getattr(self, name).dtype))
 
     def parameters(self):

@@ -31,6 +31,7 @@ with the clock paused meanwhile.  A resumed run does the same from the file.
 import numpy as np
 
 from ..core.checkpoint import Checkpointer
+from ..core.random import restore_stream, stream_words
 from ..core.signals import SignalFlags
 from .jobs import Job
 from .settings import inf_as_text
@@ -141,9 +142,9 @@ def _state(simulation, recorder):
     arrays.update(own_workers=np.array(own, dtype=np.int64),
                   own_steps=np.array([simulation.own[w][1] for w in own], dtype=np.int64),
                   computed=simulation.computed, cancelled=simulation.cancelled,
-                  noise=np.stack([_encode(stream) for stream in simulation.noise]))
+                  noise=np.stack([stream_words(stream) for stream in simulation.noise]))
     if simulation.tau_rng is not None:
-        arrays["tau_stream"] = _encode(simulation.tau_rng)
+        arrays["tau_stream"] = stream_words(simulation.tau_rng)
     if simulation.method.uses_jobs or simulation.timing.time_varying:  # each busy worker's job (b, m, K, budget or NaN)
         busy = sorted(simulation.jobs)
         arrays["job_workers"] = np.array(busy, dtype=np.int64)
@@ -167,9 +168,9 @@ def _load(simulation, recorder, arrays, meta):
                                                                           arrays["own_steps"])})
     simulation.now, simulation.gradients = tuple(float(t) for t in meta["now"]), int(meta["gradients"])
     for stream, words in zip(simulation.noise, arrays["noise"]):
-        _decode(stream, words)
+        restore_stream(stream, words)
     if simulation.tau_rng is not None:
-        _decode(simulation.tau_rng, arrays["tau_stream"])
+        restore_stream(simulation.tau_rng, arrays["tau_stream"])
     if simulation.method.uses_jobs or simulation.timing.time_varying:
         simulation.jobs.clear()
         simulation.done.clear()
@@ -218,24 +219,6 @@ def _queue_load(queue, arrays, meta):
         if meta["rest"] != "array" else np.array(arrays["bulk_rest"])
 
 
-def _encode(stream):
-    """A PCG64 generator's state as six uint64 (state and increment in two halves each, the cached uint32)."""
-    state = stream.bit_generator.state
-    if state["bit_generator"] != "PCG64":
-        raise ValueError(f"cannot checkpoint a {state['bit_generator']} stream")
-    mask = (1 << 64) - 1
-    words = [state["state"]["state"] >> 64, state["state"]["state"] & mask, state["state"]["inc"] >> 64,
-             state["state"]["inc"] & mask, state["has_uint32"], state["uinteger"]]
-    return np.array(words, dtype=np.uint64)
-
-
-def _decode(stream, words):
-    words = [int(word) for word in words]
-    stream.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": words[0] << 64 | words[1],
-                                                                      "inc": words[2] << 64 | words[3]},
-                                  "has_uint32": words[4], "uinteger": words[5]}
-
-
 class MPICheckpoint(_Requests):
     """The checkpoints of a run on the mpi runtime at ``settings.checkpoint``, written between sessions;
     every method but :meth:`requested` is collective over ``comm`` (the run's communicator)."""
@@ -269,8 +252,8 @@ class MPICheckpoint(_Requests):
     def resume_worker(self, streams):
         def load(shared, mine, meta):
             for stream, name in zip(streams, ("noise", "tau")):
-                _decode(stream, mine[name])
+                restore_stream(stream, mine[name])
         self.checkpointer.restore(load)
 
     def write_worker(self, streams):
-        self.checkpointer.write({}, {"noise": _encode(streams[0]), "tau": _encode(streams[1])}, {})
+        self.checkpointer.write({}, {"noise": stream_words(streams[0]), "tau": stream_words(streams[1])}, {})

@@ -109,10 +109,9 @@ class FreyaPAGE(Method):
         self.total = np.zeros(self.x.size)      # the phase's sum of gradients or differences
         self.count = 0                          # the differences in ``total``
         self.assigned = np.full(self.n_workers, -1, dtype=np.int64)  # the j each worker computes
-        self.previous = self.x                  # x_k of a difference phase at x_{k+1}
+        self.pair = np.concatenate([self.x, self.x])  # a difference phase's two points [x_{k+1}, x_k]
         self.full = True                        # the phase: ComputeGradient (True) or ComputeBatchDifference
         self._begin_full()
-        self.full_phases = 1
 
     def _begin_full(self):
         self.left = self.samples                # [m] \ M is remaining[:left]
@@ -129,7 +128,7 @@ class FreyaPAGE(Method):
         return {"freya-page": freya_time(times, self.samples, self.batch_size, self.probability, steps)}
 
     def point(self):
-        return self.x if self.full else self._pair
+        return self.x if self.full else self.pair
 
     def job(self, worker):
         if self.full:
@@ -169,31 +168,12 @@ class FreyaPAGE(Method):
             if self.count < self.batch_size:
                 return [worker]
             self.estimate = self.estimate + self.total / self.batch_size
-        self.previous = self.x
+        previous = self.x
         self._step(self.estimate, self.step_size)
         self.total, self.count = np.zeros(self.x.size), 0
         self.full = bool(self.rng.random() < self.probability)
         if self.full:
             self._begin_full()
-            self.full_phases += 1
         else:
-            self._pair = np.concatenate([self.x, self.previous])
+            self.pair = np.concatenate([self.x, previous])
         return ALL
-
-    def state(self, skip=()):
-        arrays, values = super().state(skip=("rng", "_pair", *skip))
-        generator = self.rng.bit_generator.state
-        values["rng"] = {"bit_generator": generator["bit_generator"],
-                         "state": {key: str(value) for key, value in generator["state"].items()},
-                         "has_uint32": int(generator["has_uint32"]), "uinteger": str(generator["uinteger"])}
-        return arrays, values
-
-    def load_state(self, arrays, values):
-        values = dict(values)
-        saved = values.pop("rng")
-        super().load_state(arrays, values)
-        self.rng.bit_generator.state = {"bit_generator": saved["bit_generator"],
-                                        "state": {key: int(value) for key, value in saved["state"].items()},
-                                        "has_uint32": saved["has_uint32"], "uinteger": int(saved["uinteger"])}
-        if not self.full:
-            self._pair = np.concatenate([self.x, self.previous])

@@ -52,3 +52,23 @@ def random_stream(seed, *purpose):
     if problem:
         raise ValueError(problem)
     return np.random.default_rng(np.random.SeedSequence([int(seed), *map(_key, purpose)]))
+
+
+def stream_words(stream):
+    """A PCG64 generator's state as six uint64 (state and increment in two halves each, the cached uint32):
+    what a checkpoint keeps of a stream (no pickle)."""
+    state = stream.bit_generator.state
+    if state["bit_generator"] != "PCG64":
+        raise ValueError(f"cannot checkpoint a {state['bit_generator']} stream")
+    mask = (1 << 64) - 1
+    words = [state["state"]["state"] >> 64, state["state"]["state"] & mask, state["state"]["inc"] >> 64,
+             state["state"]["inc"] & mask, state["has_uint32"], state["uinteger"]]
+    return np.array(words, dtype=np.uint64)
+
+
+def restore_stream(stream, words):
+    """Put the state :func:`stream_words` gave back into ``stream``."""
+    words = [int(word) for word in words]
+    stream.bit_generator.state = {"bit_generator": "PCG64", "state": {"state": words[0] << 64 | words[1],
+                                                                      "inc": words[2] << 64 | words[3]},
+                                  "has_uint32": words[4], "uinteger": words[5]}

@@ -13,6 +13,7 @@ Its time, optimal for heterogeneous data (constants dropped):
 
     T_Amelie = (L Delta / eps) max{max_{i,j} tau_{i->j}, max_i h_i, (sigma^2 / (n eps)) (1/n) sum_i h_i}
 
+Every run on a graph has T_Amelie among its predicted times (:mod:`.runner`).
 The pivot by default is the graph's centre (the least max_i tau_{j->i} +
 tau_{i->j}), which the slowest round trip bounds.  Per step the pivot receives
 sum_i B_i gradients in partial sums, and x crosses every tree edge once.
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .graphs import TreeJobs, amelie_time, graph_of
+from .graphs import TreeJobs, graph_of
 from .malenia import MaleniaSGD, malenia_batch
 
 
@@ -48,7 +49,3 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
 
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
-
-    def predicted(self, problem, timing, epsilon):
-        h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
-        return {"amelie": amelie_time(timing.graph, h, problem.sigma2, epsilon, problem.L, problem.Delta)}

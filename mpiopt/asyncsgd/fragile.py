@@ -28,7 +28,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
-from .graphs import TreeJobs, equilibrium, fragile_time, graph_of
+from .graphs import TreeJobs, best_pivot, equilibrium, graph_of
 from .rennala import RennalaSGD
 
 
@@ -45,8 +45,7 @@ class FragileSGD(TreeJobs, RennalaSGD):
         graph = graph_of(cls, timing)
         h = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
         batch = values["batch"] or theory.default_batch(problem.sigma2, epsilon)
-        _, best = fragile_time(graph, h, batch * epsilon, epsilon, problem.L, problem.Delta)
-        pivot = best if values["pivot"] is None else values["pivot"]
+        pivot = best_pivot(graph, h, batch)[1] if values["pivot"] is None else values["pivot"]
         return {"batch": batch, **cls.tree_options(graph, pivot)}
 
     @classmethod
@@ -61,11 +60,7 @@ class FragileSGD(TreeJobs, RennalaSGD):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
 
     def predicted(self, problem, timing, epsilon):
+        """At this run's pivot and S (the run's table has the best pivot's, for S from sigma^2/eps)."""
         h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
-        best, _ = fragile_time(timing.graph, h, self.batch_size * epsilon, epsilon, problem.L, problem.Delta)
-        own = self._at_pivot(timing, h, problem, epsilon)
-        return {"fragile": own, "fragile_best_pivot": best}
-
-    def _at_pivot(self, timing, h, problem, epsilon):
         value = equilibrium(self.batch_size, h, self.before + self.after)
-        return float(problem.L * problem.Delta / epsilon * value)
+        return {"fragile": float(problem.L * problem.Delta / epsilon * value)}

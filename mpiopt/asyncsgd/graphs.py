@@ -96,14 +96,19 @@ def equilibrium(S, h, tau):
     return float(np.min(np.maximum(first, S / np.cumsum(1.0 / h[order]))))
 
 
-def fragile_time(graph, h, sigma2, epsilon, L, Delta):
-    """(T_Fragile, the pivot): (L Delta/eps) min_j t*(S, h, tau_{.->j} + tau_{j->.}), S = max(ceil(sigma^2/eps), 1)."""
-    S = max(math.ceil(sigma2 / epsilon), 1)
+def best_pivot(graph, h, S):
+    """(min_j t*(S, h, tau_{.->j} + tau_{j->.}), the pivot j attaining it; among ties the most central)."""
     tau = graph.times()
     values = np.array([equilibrium(S, h, tau[:, j] + tau[j, :]) for j in range(graph.n)])
     tied = np.flatnonzero(values <= values.min() * (1 + 1e-12))  # ties: the most central of them, then the first
     pivot = int(tied[np.argmin(np.max(tau[:, tied] + tau[tied, :].T, axis=0))])
-    return float(L * Delta / epsilon * values[pivot]), pivot
+    return float(values[pivot]), pivot
+
+
+def fragile_time(graph, h, sigma2, epsilon, L, Delta):
+    """(T_Fragile, the pivot): (L Delta/eps) min_j t*(S, h, tau_{.->j} + tau_{j->.}), S = max(ceil(sigma^2/eps), 1)."""
+    value, pivot = best_pivot(graph, h, max(math.ceil(sigma2 / epsilon), 1))
+    return float(L * Delta / epsilon * value), pivot
 
 
 def amelie_time(graph, h, sigma2, epsilon, L, Delta):

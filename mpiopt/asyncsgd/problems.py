@@ -134,10 +134,14 @@ class GaussianNoise(Problem):
         self._noise_scale = math.sqrt(self.sigma2 / self.dim)
 
 
+def _positive_integer(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
 def _check_dim(dim):
-    if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise ValueError(f"dim must be an integer >= 1, got {dim!r}")
-    return int(dim)
+    return _positive_integer("dim", dim)
 
 
 class Quadratic(GaussianNoise):
@@ -271,14 +275,10 @@ class LeastSquares(Problem):
 
     def __init__(self, seed=0, rows=1000, dim=20, noise=1.0, batch_size=1):
         self.dim = _check_dim(dim)
-        if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1:
-            raise ValueError(f"rows must be an integer >= 1, got {rows!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        m, self.batch_size = _positive_integer("rows", rows), _positive_integer("batch_size", batch_size)
         rng = random_stream(seed, "asyncsgd-least-squares")
-        self.A = rng.standard_normal((int(rows), self.dim))
-        self.b = self.A @ rng.standard_normal(self.dim) + math.sqrt(noise) * rng.standard_normal(int(rows))
-        self.batch_size, m = int(batch_size), int(rows)
+        self.A = rng.standard_normal((m, self.dim))
+        self.b = self.A @ rng.standard_normal(self.dim) + math.sqrt(noise) * rng.standard_normal(m)
         H = self.A.T @ self.A / m
         self.L = float(np.linalg.eigvalsh(H)[-1])
         norms = np.sum(self.A * self.A, axis=1)

@@ -119,9 +119,9 @@ class Timing:
         if self.time_varying and compute < math.inf:  # compute at the worker's power, after the download
             began = start + job.before + down
             compute = self.traces[index].finish(began, compute) - began
-        travel = job.before + job.after
+        travel = job.before + job.after  # 0.0 but for a graph's jobs: adding it changes no bit
         if not self.communicates:
-            return (compute + travel if travel else compute), done
+            return compute + travel, done
         return float(compute + (down + up) + travel), done  # the same sum as the default job's Shifted model
 
     def describe(self):

@@ -144,3 +144,11 @@ def test_an_outage_on_mpi_ranks_delays_the_worker_as_in_the_simulator(comm):
     run = async_sgd("quadratic", comm=comm, runtime="mpi", time_unit=0.05, **common)
     assert run.steps == 1 and 6.0 <= run.time < 7.0
     np.testing.assert_allclose(run.x, simulated.x, rtol=1e-12)  # the same gradients (added in arrival order)
+
+
+def test_a_checkpoint_of_a_run_with_power_is_refused_with_another_power(tmp_path):
+    path = str(tmp_path / "power.npz")
+    common = dict(method="rennala", n_workers=4, tau="sqrt", power="outages", max_gradients=40, checkpoint=path)
+    async_sgd("quadratic", comm=MPI.COMM_SELF, power_options={"period": 50.0, "fraction": 0.3}, **common)
+    with pytest.raises(CollectiveError, match="belongs to another problem"):
+        async_sgd("quadratic", comm=MPI.COMM_SELF, power_options={"period": 50.0, "fraction": 0.6}, **common)

@@ -82,7 +82,7 @@ class Checkpoint(_Requests):
                        "parameters": inf_as_text(method.parameters()), "n_workers": n_workers,
                        "tau": timing.compute.describe(), "seed": settings.seed, "epsilon": epsilon,
                        "eval_every": settings.eval_every}
-        if timing.communicates or timing.graph is not None:  # runs without communication keep their fingerprint
+        if timing.beyond_compute:  # the compute model alone: the files keep their fingerprint
             fingerprint["timing"] = timing.describe()
         self.checkpointer = Checkpointer(settings.checkpoint, comm, fingerprint, FORMAT, "async-sgd")
         super().__init__(settings)  # the handlers last: a file that cannot be written leaves none installed

@@ -92,7 +92,7 @@ def _fingerprint(problem, timing, settings, comm):
                    "method_options": inf_as_text(settings.method_values()), "step_size": settings.step_size,
                    "epsilon": settings.epsilon, "n_workers": comm.size - 1, "tau": timing.compute.describe(),
                    "seed": settings.seed, "eval_every": settings.eval_every, "time_unit": settings.time_unit}
-    if timing.communicates or timing.graph is not None:
+    if timing.beyond_compute:
         fingerprint["timing"] = timing.describe()
     return fingerprint
 

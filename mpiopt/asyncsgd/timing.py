@@ -80,6 +80,12 @@ class Timing:
         self.communicates = bool((self.upload is not None and np.any(self.upload)) or
                                  (self.download is not None and np.any(self.download)))
 
+    @property
+    def beyond_compute(self):
+        """True when the run's times hold more than the compute model (links, power or a graph): a checkpoint's
+        fingerprint then holds :meth:`describe` too."""
+        return self.communicates or self.time_varying or self.graph is not None
+
     def compute_means(self):
         """h_i, every worker's mean compute time per gradient."""
         return self.compute.mean(np.arange(1, self.n_workers + 1))

@@ -96,6 +96,16 @@ def run(problem, problem_options, method, options, seeds, **settings):
     return median([r.time_to_epsilon for r in results]), results[0]
 
 
+def best_of_grid(problem, problem_options, method, options, seeds, steps, **settings):
+    """(the least median time to epsilon over the step sizes ``steps``, that step), or (None, None)."""
+    best = (None, None)
+    for gamma in steps:
+        value, _ = run(problem, problem_options, method, options, seeds, step_size=gamma, **settings)
+        if value is not None and (best[0] is None or value < best[0]):
+            best = (value, gamma)
+    return best
+
+
 def shadowheart_configs(args):
     from mpiopt.core.random import random_stream
     for n in (int(w) for w in args.workers.split(",")):
@@ -140,14 +150,9 @@ def compare(config, args, say, grid):
             row.update(t_star=first.info["parameters"]["t_star"],
                        participants=first.info["parameters"]["participants"])
         if grid:
-            best = None
-            for k in range(args.grid):
-                gamma = 2.0 ** -k
-                value, _ = run("worst-case", {"dim": dim, "noise": sigma2}, method, options, args.seeds,
-                               step_size=gamma, **common)
-                if value is not None and (best is None or value < best[0]):
-                    best = (value, gamma)
-            row["grid_best"], row["grid_step"] = (best or (None, None))
+            row["grid_best"], row["grid_step"] = best_of_grid(
+                "worst-case", {"dim": dim, "noise": sigma2}, method, options, args.seeds,
+                [2.0 ** -k for k in range(args.grid)], **common)
         rows.append(row)
         say(f"  {config['part']} n={config['n']} beta={config['beta']} h={config['h']} "
             f"S={config['noise_ratio']:g} {row['method']}: {row['measured']} (theory step), "
@@ -217,14 +222,11 @@ def freya_part(args, say):
                 measured, first = run(problem, options, method, {}, seeds, **settings)
                 if method == "freya-page" and measured is not None:
                     cap = CAP * measured
-                best = None
-                for k in range(args.grid):
-                    value, _ = run(problem, options, method, {}, seeds, step_size=2.0 ** -k, **settings)
-                    if value is not None and (best is None or value < best[0]):
-                        best = (value, 2.0 ** -k)
+                best = best_of_grid(problem, options, method, {}, seeds, [2.0 ** -k for k in range(args.grid)],
+                                    **settings)
                 rows.append({"method": method, "measured": measured, "predicted": first.predicted.get(method),
                              "theory_step": first.info["parameters"]["step_size"], "steps": first.steps,
-                             "grid_best": (best or (None, None))[0], "grid_step": (best or (None, None))[1],
+                             "grid_best": best[0], "grid_step": best[1],
                              "discarded": sum(first.info["workers"]["discarded"]),
                              "wall_s": time.perf_counter() - started})
                 say(f"  freya {problem} n={n} {method}: {measured} (theory), {rows[-1]['grid_best']} (grid) "
@@ -245,13 +247,9 @@ def fragile_part(args, say):
             settings = dict(n_workers=n, tau="constant", graph="mesh", graph_options={"rho": rho}, batch=S,
                             epsilon=1e-5, max_gradients=args.max_gradients)
             measured, first = run("worst-case", options, "fragile", {}, seeds, **settings)
-            best = None
-            for gamma in (1.0, 0.5, 0.25):
-                value, _ = run("worst-case", options, "fragile", {}, seeds, step_size=gamma, **settings)
-                if value is not None and (best is None or value < best[0]):
-                    best = (value, gamma)
-            rows.append({"S": S, "measured": measured, "grid_best": (best or (None, None))[0],
-                         "grid_step": (best or (None, None))[1], "predicted": first.predicted["fragile"],
+            best = best_of_grid("worst-case", options, "fragile", {}, seeds, (1.0, 0.5, 0.25), **settings)
+            rows.append({"S": S, "measured": measured, "grid_best": best[0], "grid_step": best[1],
+                         "predicted": first.predicted["fragile"],
                          "pivot": first.info["parameters"]["pivot"], "steps": first.steps,
                          "contributing": sum(a > 0 for a in first.info["workers"]["accepted"])})
             say(f"  fragile rho={rho} S={S}: {measured} (theory step), {rows[-1]['grid_best']} (grid), "

@@ -157,7 +157,8 @@ def test_amelie_is_its_round_on_the_tree():
     options = {"dim": 4, "noise": 0.5, "workers": 5, "spread": 1.0}
     problem = get_problem("heterogeneous-quadratic", seed=3, **options)
     result = async_sgd("heterogeneous-quadratic", comm=SELF, problem_options=options, method="amelie", batch=9,
-                       tau=h, n_workers=5, graph="ring", graph_options={"rho": 0.5}, seed=3, max_steps=6, stop_at_epsilon=False)
+                       tau=h, n_workers=5, graph="ring", graph_options={"rho": 0.5}, seed=3, max_steps=6,
+                       stop_at_epsilon=False)
     graph = get_graph("ring", 5, rho=0.5)
     tau = floyd_warshall(5, graph.edges)
     pivot = result.info["parameters"]["pivot"]

@@ -154,6 +154,7 @@ def _simulate_on_root(problem, timing, options, comm, started, log_stream=None, 
     return comm.bcast(result, root=root) if comm.size > 1 else result
 
 
-__all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Method",
-           "POWER_MODELS", "PROBLEMS", "PowerTrace", "get_power_model", "make_timing", "Problem", "RUNTIMES", "TAU_MODELS", "TauModel", "async_sgd", "default_batch",
-           "default_step_size", "get_problem", "get_tau_model", "methods", "predicted_times", "simulate"]
+__all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Graph", "Method",
+           "POWER_MODELS", "PROBLEMS", "PowerTrace", "get_graph", "get_power_model", "make_timing", "Problem",
+           "RUNTIMES", "TAU_MODELS", "TauModel", "async_sgd", "default_batch", "default_step_size", "get_problem",
+           "get_tau_model", "methods", "predicted_times", "simulate"]

@@ -13,7 +13,9 @@ sigma^2/eps), 1) gradients with gamma = 1/(2L).  Its time is
     t*(S, h, tau) = min_k max{max(tau_pi_k, h_pi_k), S (sum_{i<=k} 1/h_pi_i)^(-1)}
 
 pi sorting the workers by max(tau_i, h_i) for that pivot; the pivot is the
-argmin (among ties the most central: the least max_i tau_{i->j} + tau_{j->i}).  Amelie SGD, for different f_i (S = max(ceil(sigma^2/eps), n)), takes
+argmin (among ties the most central: the least max_i tau_{i->j} +
+tau_{j->i}).  Amelie SGD, for different f_i (S = max(ceil(sigma^2/eps), n)),
+takes
 
     T_Amelie = (L Delta / eps) max{max_{i,j} tau_{i->j}, max_i h_i, (sigma^2 / (n eps)) (1/n) sum_i h_i}
 

@@ -87,7 +87,8 @@ def test_sigusr1_and_checkpoint_every_write_and_go_on(tmp_path, comm, monkeypatc
                     **settings("asgd", {}, "sqrt", checkpoint=path, checkpoint_every=200))
     same(run, reference)
     if comm.rank == 0:
-        assert written == [50, 200, 400, 600, 600], "SIGUSR1 at step 50, every 200 steps, and at the end"
+        # the end (step 600) is written once, though a periodic checkpoint is due there too
+        assert written == [50, 200, 400, 600], "SIGUSR1 at step 50, every 200 steps, and at the end"
         assert os.path.exists(tmp_path / "a.npz")
 
 

@@ -4,6 +4,8 @@ The server is the asynchronous parameter server's pattern (mpiopt.collectives.as
 turned around so that the server, not the worker, decides what each worker
 computes next: the method answers every arriving gradient with the workers to
 (re)start, and the server sends each of them a JOB (job number, step, point).
+The server is the real-time executor of :func:`.engine.drive`, the loop the
+simulator runs too.
 No barrier is used while the method runs; a worker waits for messages the way
 the parameter server does (``next_message``: probes, then sleeps of up to 1 ms),
 so idle ranks do not burn the cores that busy ones need.
@@ -50,8 +52,8 @@ from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from . import jobs as job_results
-from .base import ALL
 from .checkpoint import MPICheckpoint
+from .engine import TIME_UP, drive, start_plan
 from .jobs import PLAIN, Job
 from .runner import make_result, prepare
 from .settings import inf_as_text
@@ -182,6 +184,7 @@ class _Server:
         self.job_of = {}        # worker -> its current Job (a method's own jobs)
         self.paused = None      # "checkpoint" or "stop": the session ends for a checkpoint
         self.started = False    # the method's first assignment is made
+        self.saved = None       # the run's MPICheckpoint, if any
 
     def now(self):
         """The wall time since the start, in compute-time units."""
@@ -194,17 +197,19 @@ class _Server:
 
     def assign(self, plan):
         """Send a JOB at the method's point to each worker of ``plan`` (``ALL``: every one), cancelling its job."""
-        method = self.method
-        for worker in (range(self.jobs.size) if plan is ALL else plan):
-            job = method.job(worker) if method.uses_jobs else PLAIN
-            if self.busy[worker]:
-                self.cancelled[worker] += 1
-            if job is None:  # idle: a newer job number makes whatever it sends stale
-                self.jobs[worker] += 1
-                self.busy[worker] = False
-                self.points.pop(worker, None)
-                continue
-            self.send_job(worker, method.k, method.point(), job)
+        start_plan(self.method, self.start, plan)
+
+    def start(self, worker, job):
+        """Start ``worker`` on ``job`` at the method's point (None: idle; a newer job number makes whatever it
+        sends stale), cancelling its job."""
+        if self.busy[worker]:
+            self.cancelled[worker] += 1
+        if job is None:
+            self.jobs[worker] += 1
+            self.busy[worker] = False
+            self.points.pop(worker, None)
+            return
+        self.send_job(worker, self.method.k, self.method.point(), job)
 
     def send_job(self, worker, k, x, job=PLAIN):
         """A new ``job`` for ``worker`` at ``x`` (step ``k``); whatever it computed is cancelled."""
@@ -224,37 +229,41 @@ class _Server:
         """Start the clock again at ``at`` compute-time units (a checkpoint's time is not the run's)."""
         self.origin = MPI.Wtime() - at * self.settings.time_unit
 
+    def clock(self):
+        return self.now()
+
+    def pause(self):
+        """The checkpoint's request ("checkpoint", "stop") to end this session now, or None."""
+        if self.saved is not None:
+            self.paused = self.saved.requested(self.method, self.recorder)
+        return self.paused
+
+    def next_arrival(self):
+        """The next gradient of a current job (:mod:`.engine`), None, or TIME_UP after ``max_time``."""
+        arrival = self.receive()
+        if arrival is None:
+            return None
+        worker, k_at = arrival
+        time = self.now()
+        if self.settings.max_time is not None and time > self.settings.max_time:
+            return TIME_UP  # as in the simulator, nothing arriving after max_time is used
+        self.busy[worker] = False
+        job, done = self.job_of.get(worker, PLAIN), int(self.received[HEADER])
+        received = job_results.receive(job, self.received[GRAD_HEADER:], self.dim, worker, k_at, self.seed)
+        return worker, time, k_at, received, done
+
     def run(self, saved=None):
-        """Serve gradients until the stopping rule ends the run or ``saved`` (an :class:`MPICheckpoint`) asks
-        for a checkpoint (``paused``); returns None, or the error that ended it."""
-        recorder, max_time = self.recorder, self.settings.max_time
-        self.paused = None
+        """Serve gradients (:func:`.engine.drive`) until the stopping rule ends the run or ``saved`` (an
+        :class:`MPICheckpoint`) asks for a checkpoint (``paused``); returns None, or the error that ended it."""
+        self.paused, self.saved = None, saved
         try:
             if not self.started:
                 self.started = True
                 self.assign(self.method.start())
-                recorder.evaluate(0.0, 0, force=True)
+                self.recorder.evaluate(0.0, 0, force=True)
             else:
                 self.restart_jobs()
-            while not recorder.stop(self.now(), self.gradients):
-                if saved is not None:
-                    self.paused = saved.requested(self.method, recorder)
-                    if self.paused:
-                        break
-                arrival = self.receive()
-                if arrival is None:
-                    continue
-                worker, k_at = arrival
-                time = self.now()
-                if max_time is not None and time > max_time:
-                    recorder.time_ran_out()  # as in the simulator, nothing arriving after max_time is used
-                    break
-                self.busy[worker] = False
-                job, done = self.job_of.get(worker, PLAIN), int(self.received[HEADER])
-                received = job_results.receive(job, self.received[GRAD_HEADER:], self.dim, worker, k_at, self.seed)
-                self.computed[worker] += done
-                self.gradients += done
-                recorder.deliver(worker, received, k_at, time, self.gradients, self.assign, done)
+            drive(self, self.recorder)
         except _RunFailed as failure:
             return str(failure)
         except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server

@@ -4,7 +4,8 @@ Each worker is a finishing time and the point it computes at.  The next event
 is the earliest finishing time; the simulator computes that worker's gradient
 (at the point it started from, drawing from the worker's own noise stream),
 hands it to the method, advances the clock and starts whoever the method
-assigns.  Time is virtual, in compute-time units; how long a job takes is the
+assigns (the loop is :func:`.engine.drive`, shared with the MPI runtime; this
+module is its virtual-time executor).  Time is virtual, in compute-time units; how long a job takes is the
 timing model's (:mod:`.timing`: compute times and, when given, the upload and
 download time of each coordinate).  A method with jobs of its own
 (``Method.uses_jobs``) has each started worker's job priced on its own and
@@ -47,6 +48,7 @@ import numpy as np
 from ..core.random import random_stream
 from . import jobs as job_results
 from .base import ALL
+from .engine import TIME_UP, drive, start_plan
 from .timing import Timing
 
 ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sort
@@ -255,6 +257,7 @@ class Simulation:
         self.own = {}
         self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.now, self.gradients = ZERO, 0
+        self.plain = not (method.uses_jobs or timing.time_varying)  # every job one plain gradient
         self.assign = self._assigner()
 
     def _assigner(self):
@@ -264,7 +267,8 @@ class Simulation:
         cancelled, own, common, draw, draw_all = self.cancelled, self.own, self.common, self.tau_model.draw, \
             self.draw_all
         if method.uses_jobs or self.timing.time_varying:  # each job priced when it starts
-            return self._job_assigner()
+            start = self.start
+            return lambda plan: start_plan(method, start, plan)
 
         def assign(plan):
             if plan is ALL:
@@ -280,71 +284,61 @@ class Simulation:
                 own[worker] = (method.x, method.k)
         return assign
 
-    def _job_assigner(self):
-        """``assign(plan)`` for a method with its own jobs: each started worker's job (``method.job``) priced
-        by the timing model, drawing random compute times from the run's stream in start order; a worker
-        whose job is None is left idle, one whose job can never end stays busy without an event."""
-        queue, method, timing, jobs, own, cancelled, done = self.queue, self.method, self.timing, self.jobs, \
-            self.own, self.cancelled, self.done
+    def start(self, worker, job):
+        """Start ``worker`` on ``job`` now (None: leave it idle), priced by the timing model (random compute
+        times drawn from the run's stream in start order); a job that can never end keeps the worker busy
+        without an event."""
+        queue, jobs, own = self.queue, self.jobs, self.own
+        if job is None:
+            if queue.cancel(worker):
+                self.cancelled[worker] += 1
+            jobs.pop(worker, None)
+            own.pop(worker, None)
+            return
+        tau, self.done[worker] = self.timing.price(worker + 1, job, self.tau_rng, start=self.now[0])
+        if tau == np.inf:
+            was_busy = queue.cancel(worker)
+            queue.busy[worker] = True  # busy for ever: it never ends
+        else:
+            was_busy = queue.start(worker, self.now, float(tau))
+        if was_busy:
+            self.cancelled[worker] += 1
+        jobs[worker], own[worker] = job, (self.method.point(), self.method.k)
 
-        def assign(plan):
-            for worker in (range(method.n_workers) if plan is ALL else plan):
-                job = method.job(worker)
-                if job is None:
-                    if queue.cancel(worker):
-                        cancelled[worker] += 1
-                    jobs.pop(worker, None)
-                    own.pop(worker, None)
-                    continue
-                tau, done[worker] = timing.price(worker + 1, job, self.tau_rng, start=self.now[0])
-                if tau == np.inf:
-                    was_busy = queue.cancel(worker)
-                    queue.busy[worker] = True  # busy for ever: it never ends
-                elif queue.start(worker, self.now, float(tau)):
-                    was_busy = True
-                else:
-                    was_busy = False
-                if was_busy:
-                    cancelled[worker] += 1
-                jobs[worker], own[worker] = job, (method.point(), method.k)
-        return assign
+    def clock(self):
+        return self.now[0]
+
+    def pause(self):
+        return None  # run() sets a checkpoint's own when it has one
+
+    def next_arrival(self):
+        """The next event's (worker, time, step, result, gradients), or TIME_UP after ``max_time``."""
+        queue, max_time = self.queue, self.settings.max_time
+        event = queue.peek()
+        if event is None:
+            raise RuntimeError(f"{self.method.name}: no worker is computing and the method assigned none")
+        if max_time is not None and event[0] > max_time:
+            self.now = (float(max_time), 0.0)
+            return TIME_UP
+        self.now, worker = queue.pop()  # assign() starts workers now
+        point, k_at = self.own.pop(worker, None) or self.common
+        if self.plain:
+            return worker, self.now[0], k_at, self.problem.worker_grad(worker, point, self.noise[worker]), 1
+        job, count = self.jobs.pop(worker), self.done.pop(worker)
+        seed = self.settings.seed
+        sent = job_results.compute(self.problem, job, point, self.noise[worker], worker, k_at, seed, count)
+        return worker, self.now[0], k_at, job_results.receive(job, sent, self.problem.dim, worker, k_at, seed), count
 
     def run(self, recorder, checkpoint=None):
         """Events until a stopping rule (or a signal, with ``checkpoint``: a :class:`.checkpoint.Checkpoint`)
-        ends the run; returns (end time, gradients received, computed per worker, cancelled per worker)."""
+        ends the run (:func:`.engine.drive`); returns (end time, gradients received, computed per worker,
+        cancelled per worker)."""
         if checkpoint is None or not checkpoint.resume(self, recorder):
             self.assign(self.method.start())
             recorder.evaluate(self.now[0], self.gradients, force=True)
-        queue, problem, noise, own, common = self.queue, self.problem, self.noise, self.own, self.common
-        computed, assign, max_time = self.computed, self.assign, self.settings.max_time
-        now, gradients = self.now, self.gradients
-        jobs = self.jobs if (self.method.uses_jobs or self.timing.time_varying) else None
-        seed, dim = self.settings.seed, problem.dim
-        while not recorder.stop(now[0], gradients):
-            event = queue.peek()
-            if event is None:
-                raise RuntimeError(f"{self.method.name}: no worker is computing and the method assigned none")
-            if max_time is not None and event[0] > max_time:
-                self.now = now = (float(max_time), 0.0)
-                recorder.time_ran_out()
-                break
-            now, worker = queue.pop()
-            self.now = now  # assign() starts workers now
-            point, k_at = own.pop(worker, None) or common
-            if jobs is None:
-                grad, count = problem.worker_grad(worker, point, noise[worker]), 1
-            else:
-                job, count = jobs.pop(worker), self.done.pop(worker)
-                sent = job_results.compute(problem, job, point, noise[worker], worker, k_at, seed, count)
-                grad = job_results.receive(job, sent, dim, worker, k_at, seed)
-            computed[worker] += count
-            gradients += count
-            recorder.deliver(worker, grad, k_at, now[0], gradients, assign, count)
-            if checkpoint is not None:
-                self.gradients = gradients
-                if checkpoint.after_event(self, recorder):
-                    break
-        self.gradients = gradients
+        if checkpoint is not None:
+            self.pause = lambda: checkpoint.after_event(self, recorder)
+        drive(self, recorder)
         if checkpoint is None or not recorder.interrupted:
             recorder.evaluate(self.now[0], self.gradients, force=True)
         if checkpoint is not None:

@@ -917,3 +917,54 @@ def test_result_history_columns_have_equal_lengths_and_count_consistently():
     assert sum(workers["computed"]) == result.gradients
     assert [a + d for a, d in zip(workers["accepted"], workers["discarded"])] == workers["computed"]
     assert sum(workers["accepted"]) == 3 * result.steps
+
+
+def test_the_shared_loop_drives_any_executor_by_its_contract():
+    """engine.drive over a scripted executor: ASGD's steps replayed by hand, a stale arrival skipped, the
+    run ended by TIME_UP, and a pause() request ending a session early."""
+    from mpiopt.asyncsgd.engine import TIME_UP, drive
+    from mpiopt.asyncsgd.runner import Recorder, build_method
+    from mpiopt.asyncsgd.settings import AsyncSGDSettings
+
+    problem = Quadratic(dim=3, noise=0.0)
+    settings = AsyncSGDSettings(method="asgd", n_workers=2, step_size=0.1, stop_at_epsilon=False)
+
+    class Scripted:
+        def __init__(self, method, script, pause_at=None):
+            self.method, self.script, self.pause_at = method, list(script), pause_at
+            self.gradients, self.computed, self.time, self.started = 0, np.zeros(2, dtype=np.int64), 0.0, []
+
+        def assign(self, plan):
+            self.started.extend(range(2) if plan is ALL else plan)
+
+        def clock(self):
+            return self.time
+
+        def pause(self):
+            return "checkpoint" if self.method.k == self.pause_at else None
+
+        def next_arrival(self):
+            item = self.script.pop(0)
+            if item is None or item is TIME_UP:
+                return item
+            worker, self.time = item
+            return worker, self.time, self.method.k, problem.grad(self.method.x), 1
+
+    def run(script, pause_at=None):
+        method = build_method(settings, problem, 2, 1e-9)
+        recorder = Recorder(problem, method, settings, 1e-9, log=False)
+        executor = Scripted(method, script, pause_at)
+        executor.assign(method.start())
+        return method, recorder, executor, drive(executor, recorder)
+
+    method, recorder, executor, ended = run([(0, 1.0), None, (1, 2.0), (0, 2.5), TIME_UP])
+    x = problem.x0()
+    for _ in range(3):  # the script's arrivals all carry the current step: three plain gradient steps
+        x = x - 0.1 * problem.grad(x)
+    np.testing.assert_array_equal(method.x, x)
+    assert ended is None and recorder.stopped_by == "max_time" and method.k == 3
+    assert executor.gradients == 3 and executor.computed.tolist() == [2, 1]
+    assert executor.started == [0, 1, 0, 1, 0], "ASGD restarts each arriving worker"
+    assert not executor.script, "the loop ran the script to its end"
+    method, recorder, executor, ended = run([(0, 1.0), (1, 2.0), (0, 3.0)], pause_at=2)
+    assert ended == "checkpoint" and method.k == 2 and len(executor.script) == 1

@@ -16,7 +16,7 @@ from mpi4py import MPI
 
 from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
 from mpiopt.asyncsgd import async_sgd, get_graph, get_problem, methods
-from mpiopt.asyncsgd.graphs import Graph, amelie_time, equilibrium, fragile_time
+from mpiopt.asyncsgd.graphs import Graph, amelie_time, equilibrium, fragile_lower_bound, fragile_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
@@ -213,6 +213,25 @@ def test_fragile_on_mpi_ranks_gives_the_simulators_iterates(comm):
         graph="line", graph_options={"rho": 0.45}, batch=2, max_steps=6, stop_at_epsilon=False, trace=True, seed=5)
 
 
+def test_the_lower_bound_is_the_papers_formula_and_within_2_log_n_plus_1_of_fragiles_time():
+    rng = np.random.default_rng(3)
+    for trial in range(40):
+        n = int(rng.integers(1, 7))
+        edges = [(i, int(rng.integers(0, i)), float(rng.uniform(0, 4))) for i in range(1, n)]  # a random tree
+        edges += [(int(a), int(b), float(rng.uniform(0, 4))) for a, b in rng.integers(0, n, (n, 2)) if a != b]
+        graph, h = Graph(n, edges), rng.uniform(0.2, 3, n)
+        sigma2, epsilon, L, Delta = float(rng.integers(1, 40)), 1.0, 2.0, 3.0  # sigma^2/eps a whole number
+        tau = floyd_warshall(n, graph.edges)
+        brute = min(min(max(max(max(tau[i][j] / math.log(n + 1), h[i]) for i in subset),
+                            sigma2 / epsilon / sum(1 / h[i] for i in subset))
+                        for k in range(1, n + 1) for subset in itertools.combinations(range(n), k))
+                    for j in range(n))
+        lower = fragile_lower_bound(graph, h, sigma2, epsilon, L, Delta)
+        assert lower == pytest.approx(L * Delta / epsilon * brute, rel=1e-12)
+        upper = fragile_time(graph, h, sigma2, epsilon, L, Delta)[0]
+        assert lower <= upper * (1 + 1e-12) and upper <= 2 * math.log(n + 1) * lower * (1 + 1e-12), trial
+
+
 def test_every_run_on_a_graph_predicts_the_decentralized_methods_times():
     result = async_sgd("quadratic", comm=SELF, method="rennala", n_workers=9, tau="sqrt", graph="mesh",
                        graph_options={"rho": 2.0}, max_steps=2)
@@ -221,4 +240,6 @@ def test_every_run_on_a_graph_predicts_the_decentralized_methods_times():
     assert result.predicted["fragile"] == fragile_time(graph, h, problem.sigma2, epsilon, problem.L,
                                                        problem.Delta)[0]
     assert result.predicted["amelie"] == amelie_time(graph, h, problem.sigma2, epsilon, problem.L, problem.Delta)
+    assert result.predicted["fragile_lower_bound"] == fragile_lower_bound(graph, h, problem.sigma2, epsilon,
+                                                                          problem.L, problem.Delta)
     assert "fragile" not in async_sgd("quadratic", comm=SELF, n_workers=3, max_steps=1).predicted

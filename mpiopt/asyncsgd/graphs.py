@@ -12,7 +12,13 @@ sigma^2/eps), 1) gradients with gamma = 1/(2L).  Its time is
     T_Fragile = (L Delta / eps) min_j t*(S, h, tau_{.->j} + tau_{j->.})
     t*(S, h, tau) = min_k max{max(tau_pi_k, h_pi_k), S (sum_{i<=k} 1/h_pi_i)^(-1)}
 
-pi sorting the workers by max(tau_i, h_i) for that pivot; the pivot is the
+pi sorting the workers by max(tau_i, h_i) for that pivot, and no method can
+beat (up to constants) the papers' lower bound, the same with the one-way
+times shrunk by log(n + 1):
+
+    T_lower = (L Delta / eps) min_j t*(sigma^2/eps, h, tau_{.->j} / log(n + 1))
+
+The pivot is the
 argmin (among ties the most central: the least max_i tau_{i->j} +
 tau_{j->i}).  Amelie SGD, for different f_i (S = max(ceil(sigma^2/eps), n)),
 takes
@@ -111,6 +117,15 @@ def fragile_time(graph, h, sigma2, epsilon, L, Delta):
     """(T_Fragile, the pivot): (L Delta/eps) min_j t*(S, h, tau_{.->j} + tau_{j->.}), S = max(ceil(sigma^2/eps), 1)."""
     value, pivot = best_pivot(graph, h, max(math.ceil(sigma2 / epsilon), 1))
     return float(L * Delta / epsilon * value), pivot
+
+
+def fragile_lower_bound(graph, h, sigma2, epsilon, L, Delta):
+    """The papers' lower bound for the homogeneous setup (constants dropped): (L Delta/eps) min_j t*(sigma^2/eps,
+    h, tau_{.->j} / log(n + 1)), the one-way times to each j shrunk by the natural log(n + 1); Fragile's time
+    is within that log of it."""
+    tau, S = graph.times(), sigma2 / epsilon
+    shrink = math.log(graph.n + 1)
+    return float(L * Delta / epsilon * min(equilibrium(S, h, tau[:, j] / shrink) for j in range(graph.n)))
 
 
 def amelie_time(graph, h, sigma2, epsilon, L, Delta):

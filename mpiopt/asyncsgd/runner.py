@@ -14,7 +14,7 @@ import numpy as np
 from ..core.log import IterationLog
 from ..core.registry import lookup
 from . import theory
-from .graphs import amelie_time, fragile_time
+from .graphs import amelie_time, fragile_lower_bound, fragile_time
 from .power import universal_time
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
 
@@ -148,6 +148,8 @@ def prepare(problem, timing, settings, log_stream=None):
         means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
         predicted["fragile"] = fragile_time(timing.graph, means, problem.sigma2, epsilon, problem.L,
                                             problem.Delta)[0]
+        predicted["fragile_lower_bound"] = fragile_lower_bound(timing.graph, means, problem.sigma2, epsilon,
+                                                               problem.L, problem.Delta)
         predicted["amelie"] = amelie_time(timing.graph, means, problem.sigma2, epsilon, problem.L, problem.Delta)
     predicted.update(method.predicted(problem, timing, epsilon))
     return method, recorder, predicted

@@ -329,6 +329,19 @@ class Simulation:
         sent = job_results.compute(self.problem, job, point, self.noise[worker], worker, k_at, seed, count)
         return worker, self.now[0], k_at, job_results.receive(job, sent, self.problem.dim, worker, k_at, seed), count
 
+    def _checkpoint_pauses(self, checkpoint, recorder):
+        """``pause()`` with a checkpoint: after each event (not before this session's first, so a signal
+        during the set-up is answered at the first step, as every solver's checkpoint is), write one when it
+        is due or asked for; True when a SIGTERM stops the run."""
+        before_first = [True]
+
+        def pause():
+            if before_first[0]:  # the top of the loop before this session's first event
+                before_first[0] = False
+                return None
+            return checkpoint.after_event(self, recorder)
+        return pause
+
     def run(self, recorder, checkpoint=None):
         """Events until a stopping rule (or a signal, with ``checkpoint``: a :class:`.checkpoint.Checkpoint`)
         ends the run (:func:`.engine.drive`); returns (end time, gradients received, computed per worker,
@@ -337,7 +350,7 @@ class Simulation:
             self.assign(self.method.start())
             recorder.evaluate(self.now[0], self.gradients, force=True)
         if checkpoint is not None:
-            self.pause = lambda: checkpoint.after_event(self, recorder)
+            self.pause = self._checkpoint_pauses(checkpoint, recorder)
         drive(self, recorder)
         if checkpoint is None or not recorder.interrupted:
             recorder.evaluate(self.now[0], self.gradients, force=True)

@@ -202,15 +202,51 @@ def test_a_checkpointed_fragile_run_resumes_bit_for_bit(tmp_path):
 
 # -- on MPI ranks: the tree's times emulated as the jobs' delays, the simulator's iterates -------------------
 GRAPH_TAUS = {1: [1.0], 2: [2.3, 2.65], 3: [2.25, 2.55, 2.9]}
+AMELIE_TAUS = {**GRAPH_TAUS, 3: [2.25, 2.55, 3.3]}  # its rounds wait for the slowest: arrivals 0.6 apart
+
+
+def check_the_vectors_travelled_along_the_tree(run, pivot):
+    """Every routed message crossed an edge of the pivot's tree (parent[] recomputed here from Floyd-Warshall),
+    and each edge carried at least one job down and one gradient up for every gradient used from below it."""
+    routes, n = run.info["routes"], run.info["n_workers"]
+    assert routes["pivot"] == pivot
+    line = floyd_warshall(n, [(i, i + 1, 1.0) for i in range(n - 1)])
+    parent = [-1 if i == pivot else (i - 1 if i > pivot else i + 1) for i in range(n)]
+    assert routes["parent"] == parent and all(line[pivot, i] == abs(i - pivot) for i in range(n))
+    edges = {(i, j): count for i, j, count in routes["messages"]}
+    assert set(edges) <= {(i, parent[i]) for i in range(n) if parent[i] >= 0} | \
+        {(parent[i], i) for i in range(n) if parent[i] >= 0}
+    accepted = run.info["workers"]["accepted"]
+    for child in range(n):
+        if parent[child] < 0:
+            continue
+        below = sum(accepted[i] for i in range(n) if abs(i - pivot) >= abs(child - pivot)
+                    and (i - pivot) * (child - pivot) > 0)
+        assert edges.get((parent[child], child), 0) >= below and edges.get((child, parent[child]), 0) >= below
+    assert n == 1 or sum(accepted) > accepted[pivot]  # some used gradients came up the tree
 
 
 @pytest.mark.mpi
 @pytest.mark.many_ranks
 @pytest.mark.timeout(120)
-def test_fragile_on_mpi_ranks_gives_the_simulators_iterates(comm):
-    check_mpi_run_is_the_simulated_one(
+@pytest.mark.parametrize("pivot", [None, 0])
+def test_fragile_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edges(comm, pivot):
+    simulated, run = check_mpi_run_is_the_simulated_one(
         comm, "quadratic", GRAPH_TAUS, 0.29, 0.3, problem_options={"dim": 4, "noise": 1.0}, method="fragile",
-        graph="line", graph_options={"rho": 0.45}, batch=2, max_steps=6, stop_at_epsilon=False, trace=True, seed=5)
+        graph="line", graph_options={"rho": 0.45}, batch=2, pivot=pivot, max_steps=6, stop_at_epsilon=False,
+        trace=True, seed=5)
+    check_the_vectors_travelled_along_the_tree(run, simulated.info["parameters"]["pivot"])
+
+
+@pytest.mark.mpi
+@pytest.mark.many_ranks
+@pytest.mark.timeout(120)
+def test_amelie_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edges(comm):
+    simulated, run = check_mpi_run_is_the_simulated_one(
+        comm, "heterogeneous-quadratic", AMELIE_TAUS, 0.29, 0.3,
+        problem_options={"dim": 4, "noise": 1.0, "workers": comm.size - 1}, method="amelie", graph="line",
+        graph_options={"rho": 0.45}, pivot=0, batch=2, max_steps=4, stop_at_epsilon=False, trace=True, seed=5)
+    check_the_vectors_travelled_along_the_tree(run, 0)
 
 
 def test_the_lower_bound_is_the_papers_formula_and_within_2_log_n_plus_1_of_fragiles_time():
@@ -243,3 +279,23 @@ def test_every_run_on_a_graph_predicts_the_decentralized_methods_times():
     assert result.predicted["fragile_lower_bound"] == fragile_lower_bound(graph, h, problem.sigma2, epsilon,
                                                                           problem.L, problem.Delta)
     assert "fragile" not in async_sgd("quadratic", comm=SELF, n_workers=3, max_steps=1).predicted
+
+
+@pytest.mark.mpi
+@pytest.mark.many_ranks
+@pytest.mark.timeout(120)
+def test_a_fragile_mpi_run_in_checkpointed_sessions_drains_its_routes_each_time(tmp_path, comm):
+    if comm.size < 2:
+        pytest.skip("the mpi runtime needs a server and a worker")
+    path = comm.bcast(str(tmp_path / "fragile.npz") if comm.rank == 0 else None)
+    common = dict(comm=comm, runtime="mpi", method="fragile", pivot=0, batch=3, graph="line",
+                  graph_options={"rho": 0.2}, tau="sqrt", time_unit=2e-3, max_steps=24, stop_at_epsilon=False,
+                  problem_options={"dim": 4, "noise": 1.0}, seed=2, checkpoint=path, idle_timeout=60.0)
+    run = async_sgd("quadratic", checkpoint_every=5, **common)
+    assert run.status == "finished" and run.steps == 24 and run.info["resumed_at"] == 0
+    n = comm.size - 1
+    parent = [-1] + list(range(n - 1))
+    assert {(i, j) for i, j, _ in run.info["routes"]["messages"]} <= \
+        {(i, parent[i]) for i in range(1, n)} | {(parent[i], i) for i in range(1, n)}
+    again = async_sgd("quadratic", **common)
+    assert again.info["resumed_at"] == 24 and np.array_equal(again.x, run.x)

@@ -21,7 +21,8 @@ pivot is the formula's:
 (constants dropped), optimal up to a log(n + 1) factor on the one-way times.
 Per step the pivot receives B gradients in partial sums, and x crosses every
 tree edge once.  Both runtimes price the tree's times as delays of the jobs;
-the messages themselves go between the server and the workers.
+on MPI the vectors also travel along the tree's edges, over a
+distributed-graph topology of the graph (:mod:`.routes`).
 """
 import numpy as np
 

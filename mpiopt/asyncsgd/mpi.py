@@ -18,7 +18,9 @@ computing; GRAD [job, step, gradients finished, what the job sends] worker -> se
 a sum of b, or the m K values of its Random-K messages, which the server
 decodes with indices of its own: :mod:`.jobs`), ignored when the job has
 since been cancelled; STOP server -> worker; DONE worker -> server;
-ERROR worker -> server (the failure's text).
+ERROR worker -> server (the failure's text).  For Fragile and Amelie SGD the JOBs
+and GRADs travel along the pivot's tree over an MPI distributed-graph topology
+of the workers' graph (:mod:`.routes`: the server talks to the pivot only).
 
 A worker with fixed or random compute times prices the job with the timing
 model (:mod:`.timing`: its compute times drawn from
@@ -52,6 +54,7 @@ from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from . import jobs as job_results
+from . import routes
 from .checkpoint import MPICheckpoint
 from .engine import TIME_UP, drive, start_plan
 from .jobs import PLAIN, Job
@@ -84,6 +87,13 @@ def run_mpi(problem, timing, settings, comm, started, log_stream=None):
         return comm.bcast(result, root=0)
     finally:
         comm.Free()
+
+
+def _start(comm, timing, outcome=None):
+    """After the server's set-up, on every rank: (whether it succeeded, the pivot's tree or None, the
+    distributed-graph topology the vectors travel on or None); the server passes (ok, tree)."""
+    ok, tree = comm.bcast(outcome, root=0)
+    return ok, tree, (routes.topology(comm, timing.graph) if ok and tree else None)
 
 
 def _fingerprint(problem, timing, settings, comm):
@@ -128,17 +138,27 @@ def _serve(comm, problem, timing, settings, started, log_stream=None, saved=None
     try:
         method, recorder, predicted = prepare(problem, timing, settings, log_stream)
         recorder.banner("mpi", n, timing, predicted)
+        tree = routes.tree_of(method, timing)
     except Exception as failure:  # noqa: BLE001 - every rank must hear of it, not only the server
-        comm.bcast(False, root=0)  # the workers return at once
+        _start(comm, timing, (False, None))  # the workers return at once
         return None, f"the server failed: {type(failure).__name__}: {failure}"
-    comm.bcast(True, root=0)
-    server = _Server(comm, method, recorder, settings, sends, problem.dim)
+    _, tree, topo = _start(comm, timing, (True, tree))
+    try:
+        return _serve_sessions(comm, n, sends, method, recorder, timing, settings, predicted, started, saved,
+                               tree, topo)
+    finally:
+        if topo is not None:
+            topo.Free()
+
+
+def _serve_sessions(comm, n, sends, method, recorder, timing, settings, predicted, started, saved, tree, topo):
+    server = _Server(comm, method, recorder, settings, sends, recorder.problem.dim, tree)
     if saved is not None:
         saved.resume_server(server)
     while True:
         error = server.run(saved)
         end = server.end_time()  # for a checkpoint, the clock stops here until the next session
-        stuck = _shutdown(comm, n, sends, settings.idle_timeout)  # always: the workers wait for their STOP
+        stuck = _shutdown(comm, n, sends, settings.idle_timeout, server.routed)  # always: workers await STOP
         error = error or stuck
         decision = "error" if error else server.paused or "end"
         comm.bcast(decision, root=0)
@@ -157,6 +177,8 @@ def _serve(comm, problem, timing, settings, started, log_stream=None, saved=None
     extra = {"wall_seconds": end * unit, "time_unit": unit}
     if saved is not None:
         extra["resumed_at"] = saved.resumed_at
+    if tree:
+        extra["routes"] = routes.describe(topo, tree, server.routed)
     result = make_result(recorder, "mpi", timing, settings, predicted, end, server.gradients,
                          server.computed, server.cancelled, started, extra)
     recorder.footer(result)
@@ -170,14 +192,17 @@ class _RunFailed(Exception):
 class _Server:
     """Rank 0 while the method runs: each worker's job, what it computed and what was cancelled, the clock."""
 
-    def __init__(self, comm, method, recorder, settings, sends, dim):
+    def __init__(self, comm, method, recorder, settings, sends, dim, tree=None):
         n = comm.size - 1
+        self.tree = tree or None  # the pivot's tree when the vectors travel on the graph (:mod:`.routes`)
+        self.routed = np.zeros((n, n)) if self.tree else None  # messages sent from worker i to worker j
         self.comm, self.method, self.recorder, self.settings, self.sends = comm, method, recorder, settings, sends
         self.jobs = np.zeros(n, dtype=np.int64)
         self.busy = np.zeros(n, dtype=bool)
         self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.gradients, self.status = 0, MPI.Status()
-        self.received = np.empty(GRAD_HEADER + dim)  # a GRAD: job, step, gradients finished, what the job sends
+        self.incoming = np.empty(GRAD_HEADER + dim + bool(self.tree))  # a GRAD ([origin] on a tree, then job,
+        self.received = self.incoming   # step, gradients finished, what the job sends); received: from job on
         self.dim, self.seed = dim, settings.seed
         self.origin = MPI.Wtime()
         self.points = {}        # worker -> (step, point) of its current job (a checkpoint restarts them)
@@ -218,7 +243,11 @@ class _Server:
         self.points[worker] = (k, x)
         self.job_of[worker] = job
         header = job.as_header() + [self.now()]
-        self.sends.send(self.comm, _pack(self.jobs[worker], k, x, header), worker + 1, ASGD_JOB)
+        if self.tree:  # to the pivot, which sends it down the tree
+            self.sends.send(self.comm, np.concatenate(([worker], _pack(self.jobs[worker], k, x, header))),
+                            self.tree["pivot"] + 1, ASGD_JOB)
+        else:
+            self.sends.send(self.comm, _pack(self.jobs[worker], k, x, header), worker + 1, ASGD_JOB)
 
     def restart_jobs(self):
         """A new session: every worker that was computing starts its job again, at the job's point."""
@@ -291,45 +320,78 @@ class _Server:
             message.Recv([text, MPI.BYTE])
             raise _RunFailed(f"worker {source - 1} (rank {source}) failed: {text.decode('utf-8', 'replace')}")
         count = status.Get_count(MPI.DOUBLE)
-        if count != self.received.size:  # a job's compressed messages: m K values
-            self.received = np.empty(count)
-        message.Recv(self.received)
-        worker, job, k_at = source - 1, int(self.received[0]), int(self.received[1])
+        if count != self.incoming.size:  # a job's compressed messages: m K values
+            self.incoming = np.empty(count)
+        message.Recv(self.incoming)
+        if self.tree:  # from the pivot: [origin, GRAD]
+            worker, self.received = int(self.incoming[0]), self.incoming[1:]
+        else:
+            worker, self.received = source - 1, self.incoming
+        job, k_at = int(self.received[0]), int(self.received[1])
         if job != self.jobs[worker]:
             return None  # a gradient of a job cancelled since (counted when it was cancelled)
         return worker, k_at
 
 
-def _shutdown(comm, n, sends, idle_timeout):
-    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped).
+def _shutdown(comm, n, sends, idle_timeout, routed=None):
+    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped); on a
+    tree (``routed``: the run's messages per directed edge, added to here) each DONE carries the worker's
+    counts, and every worker is told how many to drain (:func:`.routes.flush`).
 
     Returns None, or a message when some workers did not stop within ``idle_timeout`` seconds (returned,
     not raised: the server must still reach the collective check that every rank makes after the run)."""
     for worker in range(n):
         sends.send(comm, NOTHING, worker + 1, ASGD_STOP)
     open_workers, status = set(range(1, n + 1)), MPI.Status()
+    counts = None if routed is None else np.zeros((n, n))
     while open_workers:
         message = next_message(comm, status, idle_timeout)
         if message is None:
             return (f"async-sgd server: workers {sorted(w - 1 for w in open_workers)} did not stop "
                     f"within {idle_timeout:g} s")
-        message.Recv([bytearray(status.Get_count(MPI.BYTE)), MPI.BYTE])
+        payload = bytearray(status.Get_count(MPI.BYTE))
+        message.Recv([payload, MPI.BYTE])
         if status.Get_tag() == ASGD_DONE:
             open_workers.discard(status.Get_source())
+            if counts is not None:
+                counts[status.Get_source() - 1] = np.frombuffer(payload, dtype=np.float64)
+    if counts is not None:
+        routes.flush(comm, sends, counts)
+        routed += counts
     sends.wait()
     return None
 
 
-def _wait_until(comm, status, deadline):
-    """A message from the server arriving before ``deadline`` (monotonic seconds), or None at the deadline."""
-    while True:
+STOP = "stop"  # what _next_order returns for the server's STOP
+
+
+def _next_order(comm, status, deadline, router=None):
+    """The server's next order: a JOB's buffer (from the server, or down the tree through ``router``), STOP,
+    or None at ``deadline`` (monotonic seconds); a router forwards what passes through meanwhile."""
+    if router is None and deadline == math.inf:  # idle, nothing to forward: wait as the parameter server does
+        message = next_message(comm, status, math.inf, source=0)
+    else:
         message = comm.Improbe(0, MPI.ANY_TAG, status)
+    while True:
         if message is not None:
-            return message
-        remaining = deadline - clock.monotonic()
-        if remaining <= 0:
-            return None
-        clock.sleep(min(remaining, POLL))
+            if status.Get_tag() == ASGD_STOP:
+                message.Recv([NOTHING, MPI.BYTE])
+                return STOP
+            buffer = np.empty(status.Get_count(MPI.DOUBLE))  # [destination on a tree], the job, x (or [x, y])
+            message.Recv(buffer)
+            order = buffer if router is None else router.route(buffer)
+            if order is not None:
+                return order
+        elif router is not None:
+            order = router.pump()
+            if order is not None:
+                return order
+        if message is None:
+            remaining = deadline - clock.monotonic()
+            if remaining <= 0:
+                return None
+            clock.sleep(min(remaining, POLL))
+        message = comm.Improbe(0, MPI.ANY_TAG, status)
 
 
 def _worker_sessions(comm, problem, timing, settings, worker, saved=None):
@@ -337,24 +399,30 @@ def _worker_sessions(comm, problem, timing, settings, worker, saved=None):
     checkpoint the server asked for (the worker's streams are its part).  Returns None."""
     streams = [random_stream(settings.seed, "asyncsgd-gradient", worker),
                random_stream(settings.seed, "asyncsgd-tau", worker)]
-    if not comm.bcast(None, root=0):  # the server could not set the run up
+    ok, tree, topo = _start(comm, timing)
+    if not ok:  # the server could not set the run up
         return None
-    if saved is not None:
-        saved.resume_worker(streams)
-    while True:
-        _work(comm, problem, timing, settings, worker, streams)
-        decision = comm.bcast(None, root=0)
-        if decision != "error" and saved is not None:
-            saved.write_worker(streams)
-        if decision != "checkpoint":
-            return None
+    try:
+        if saved is not None:
+            saved.resume_worker(streams)
+        while True:
+            _work(comm, problem, timing, settings, worker, streams, tree, topo)
+            decision = comm.bcast(None, root=0)
+            if decision != "error" and saved is not None:
+                saved.write_worker(streams)
+            if decision != "checkpoint":
+                return None
+    finally:
+        if topo is not None:
+            topo.Free()
 
 
-def _work(comm, problem, timing, settings, worker, streams):
+def _work(comm, problem, timing, settings, worker, streams, tree=None, topo=None):
     """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server)."""
     noise, tau_rng = streams
     unit, seed = settings.time_unit, settings.seed
     status, sends = MPI.Status(), _Sends()
+    router = routes.Router(topo, comm, worker, tree, sends) if topo is not None else None
     job = deadline = task = done = None
     failed = False
 
@@ -364,22 +432,28 @@ def _work(comm, problem, timing, settings, worker, streams):
         return True
 
     while True:
-        message = next_message(comm, status, math.inf, source=0) if job is None else \
-            _wait_until(comm, status, deadline)
-        if message is None:  # the job's time is up: compute and send
+        try:
+            order = _next_order(comm, status, math.inf if job is None else deadline, router)
+        except Exception as failure:  # noqa: BLE001 - a route that breaks (the server tells every rank)
+            failed, order = failed or report(failure), None
+            if job is None:
+                continue
+        if order is None:  # the job's time is up: compute and send
             try:
                 if not failed:
                     sent = job_results.compute(problem, task, job[JOB_HEADER:], noise, worker, int(job[1]), seed, done)
-                    sends.send(comm, _pack(job[0], job[1], sent, [done]), 0, ASGD_GRAD)
+                    result = _pack(job[0], job[1], sent, [done])
+                    if router is None:
+                        sends.send(comm, result, 0, ASGD_GRAD)
+                    else:
+                        router.up(result)
             except Exception as failure:  # noqa: BLE001 - the server tells every rank
                 failed = report(failure)
             job = None
             continue
-        if status.Get_tag() == ASGD_STOP:
-            message.Recv([NOTHING, MPI.BYTE])
+        if order is STOP:
             break
-        job = np.empty(status.Get_count(MPI.DOUBLE))  # the point: x, or [x, y] for a difference
-        message.Recv(job)
+        job = order
         task, tau = Job.from_header(job[HEADER:JOB_HEADER - 1]), 0.0
         done = task.gradients
         if not failed:
@@ -388,6 +462,10 @@ def _work(comm, problem, timing, settings, worker, streams):
             except Exception as failure:  # noqa: BLE001 - a tau model failing on this worker only
                 failed = report(failure)
         deadline = clock.monotonic() + (tau * unit if tau < math.inf else 1e12)
+    if router is not None:
+        router.finish(settings.idle_timeout)
+        sends.wait()
+        return None
     sends.wait()
     comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)
     return None

@@ -43,5 +43,7 @@ ASGD_GRAD = 51        # worker -> server: a finished gradient, with its job numb
 ASGD_STOP = 52        # server -> worker: the run is over
 ASGD_DONE = 53        # worker -> server: this worker will send nothing more
 ASGD_ERROR = 54       # worker -> server: this worker failed (the message's text)
+ASGD_ROUTE = 55       # worker -> neighbour on a graph's topology: a JOB or a GRAD forwarded along the tree
+ASGD_FLUSH = 56       # server -> worker: how many forwarded messages to drain before it may stop
 
 USER = 100

@@ -26,7 +26,8 @@ Parts (``--part``):
 * ``freya``: Freya PAGE's setting (finite sums, h_i = sqrt(i)): the
   least-squares finite sum (m = 2000 rows, d = 20) and logistic regression on
   breast_cancer's 427 training rows, n in {10, 100} workers; Freya PAGE
-  against Rennala SGD and Asynchronous SGD, each at the theory's parameters
+  against Soviet PAGE (its synchronous baseline: each phase's work split
+  evenly), Rennala SGD and Asynchronous SGD, each at the theory's parameters
   and at the best of the step-size grid gamma in {2^-k}, epsilon = 1e-3
   ||grad f(x0)||^2.
 
@@ -48,6 +49,7 @@ from common import fill_presets, start, write_result  # noqa: E402
 PARTS = ("shadowheart", "speeds", "mindflayer", "outages", "freya", "fragile")
 BASELINES = [("shadowheart", {}), ("minibatch", {}), ("asgd", {}), ("rennala", {}),
              ("minibatch", {"compressor": "qsgd8"}), ("minibatch", {"compressor": "randomk"})]
+FREYA_METHODS = ("freya-page", "soviet-page", "rennala", "asgd")
 CAP = 30                 # a baseline stops at CAP times Shadowheart's time (then: not reached)
 GRID_WORKERS = 10        # the step-size grid runs where n is at most this (the larger runs take minutes)
 PRESETS = {"full": {"seeds": 2, "dim": 1000, "workers": "10,100", "noise_ratio": 10.0, "grid": 7,
@@ -64,6 +66,8 @@ def parse_args(argv=None):
     parser.add_argument("--noise-ratio", type=float, help="sigma^2 / epsilon of the shadowheart part (10)")
     parser.add_argument("--grid", type=int, help="step sizes 2^0 .. 2^-(grid-1) tried per method (7)")
     parser.add_argument("--max-gradients", type=int, help="a run's cap on gradient events (5e6)")
+    parser.add_argument("--methods", help="the freya part's methods, comma-separated (all of "
+                        f"{','.join(FREYA_METHODS)})")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test)")
     parser.add_argument("--output", default="results/async_sgd_papers.json")
     args = parser.parse_args(argv)
@@ -214,7 +218,7 @@ def freya_part(args, say):
         epsilon = 1e-3 * float(g @ g)
         for n in ((4,) if args.quick else (10, 100)):
             rows, cap = [], None
-            for method in ("freya-page", "rennala", "asgd"):
+            for method in [m for m in FREYA_METHODS if not args.methods or m in args.methods.split(",")]:
                 settings = dict(n_workers=n, tau="sqrt", epsilon=epsilon, max_gradients=args.max_gradients)
                 if cap is not None:
                     settings["max_time"] = cap

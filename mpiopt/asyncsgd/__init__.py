@@ -34,7 +34,7 @@ from ..core.registry import lookup, names
 from . import minibatch  # noqa: F401  (they register the methods)
 from . import asgd, rennala, ringmaster  # noqa: F401
 from . import malenia, mindflayer, shadowheart  # noqa: F401
-from . import freya  # noqa: F401
+from . import freya, soviet_page  # noqa: F401
 from . import amelie, fragile  # noqa: F401
 from .base import ALL, Accumulator, Method
 from .checkpoint import Checkpoint

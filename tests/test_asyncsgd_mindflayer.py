@@ -75,6 +75,28 @@ def test_mindflayer_is_its_round_and_its_plan(tau, options, quantile):
     assert result.info["workers"]["accepted"] == kept.tolist() == result.info["workers"]["computed"]
 
 
+@pytest.mark.parametrize("tau, options", [("lognormal", {"sigma": 1.5}), ("pareto", {}), ("exponential", {})])
+def test_the_budgets_of_all_workers_at_once_are_each_workers_own_search(tau, options):
+    """budgets() works on every worker at once; each worker's own search, written here: for every quantile q,
+    t = the q-quantile, p = P(tau <= t), c = Simpson's rule for integral_0^t P(tau > s) ds on 4097 points,
+    keep the first q of least c / p."""
+    from mpiopt.asyncsgd.mindflayer import QUANTILES, budgets
+    model = get_tau_model(tau, **options)
+    got = budgets(model, 7)
+    weights = np.ones(4097)
+    weights[1:-1:2], weights[2:-1:2] = 4, 2
+    for i in range(1, 8):
+        best = None
+        for q in QUANTILES:
+            t = float(model.quantile(np.array([i]), q)[0])
+            p = float(model.cdf(np.array([i]), t)[0])
+            s = np.linspace(0.0, t, 4097)
+            c = float(t / 4096 / 3 * np.sum(weights * (1 - model.cdf(np.full(4097, i), s))))
+            if best is None or c / p < best[2] / best[1]:
+                best = (t, p, c)
+        assert (got[0][i - 1], got[1][i - 1], got[2][i - 1]) == best
+
+
 def test_an_attempts_expected_cost_is_its_closed_form():
     # exponential with mean sqrt(i): E min(tau, t) = m (1 - exp(-t/m))
     model = get_tau_model("exponential")

@@ -201,9 +201,20 @@ class RoundMethod(Method):
     def __init__(self, x0, n_workers, step_size):
         super().__init__(x0, n_workers, step_size)
         self.received = {}  # worker -> what it sent this round
+        self._plan = None   # the workers with a planned job (round_plan)
 
     def job(self, worker):
         return self.jobs[worker]
+
+    def start(self):
+        return self.round_plan()
+
+    def round_plan(self):
+        """The workers with a planned job, in worker order: each round (re)starts only them.  The others sit
+        out, idle from the start, so leaving them out changes nothing but a walk over all n workers."""
+        if self._plan is None:
+            self._plan = [w for w, job in enumerate(self.jobs) if job is not None]
+        return self._plan
 
     def keep(self, worker, sent, k_at):
         """Keep ``sent`` (a copy: it may be the runtime's buffer); returns True when the round is complete."""
@@ -221,7 +232,7 @@ class RoundMethod(Method):
         return total
 
     def state(self, skip=()):
-        arrays, values = super().state(skip=(*self.planned, "received", *skip))
+        arrays, values = super().state(skip=(*self.planned, "received", "_plan", *skip))
         values["received"] = sorted(self.received)
         arrays.update({f"received_{i}": v for i, v in self.received.items()})
         return arrays, values

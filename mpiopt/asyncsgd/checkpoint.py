@@ -133,6 +133,7 @@ def _load_counts(target, arrays, names, n):
 
 def _state(simulation, recorder):
     """(arrays, JSON meta) of the whole run."""
+    simulation.queue.fold(simulation.cancelled)
     points = {simulation.common[1]: simulation.common[0]}
     points.update({k: x for x, k in simulation.own.values()})
     arrays, meta = _method_and_recorder(simulation.method, recorder, points)
@@ -189,7 +190,7 @@ def _queue_state(queue):
         kind = "none" if rest is None else "all" if rest is ALL_WORKERS else "int" if np.isscalar(rest) else "array"
         meta.update(start=list(queue.bulk_start), fixed=queue.bulk_fixed, next=int(queue.bulk_next), rest=kind,
                     rest_int=int(rest) if kind == "int" else None)
-        arrays.update(bulk_jobs=queue.bulk_jobs, bulk_order=queue.bulk_order, bulk_hi=queue.bulk_hi)
+        arrays.update(bulk_jobs=queue.bulk_jobs(), bulk_order=queue.bulk_order, bulk_hi=queue.bulk_hi)
         if not queue.bulk_fixed:
             arrays.update(bulk_taus=queue.bulk_taus, bulk_times=queue.bulk_times)
         if kind == "array":
@@ -205,11 +206,13 @@ def _queue_load(queue, arrays, meta):
         setattr(queue, name, np.array(arrays[name], dtype=dtype))
     queue.heap = [(float(hi), int(worker), int(job)) for hi, worker, job in
                   zip(arrays["heap_hi"], arrays["heap_worker"], arrays["heap_job"])]
+    queue.touched, queue.all_started = set(), False
     if not meta["bulk"]:
         queue.bulk_start = None
         return
     queue.bulk_start, queue.bulk_fixed = tuple(float(t) for t in meta["start"]), bool(meta["fixed"])
-    queue.bulk_jobs, queue.bulk_next = np.array(arrays["bulk_jobs"]), int(meta["next"])
+    queue.load_bulk_jobs(arrays["bulk_jobs"])
+    queue.bulk_next = int(meta["next"])
     queue.bulk_order, queue.bulk_hi = np.array(arrays["bulk_order"]), np.array(arrays["bulk_hi"])
     if queue.bulk_fixed:
         queue.bulk_taus, queue.bulk_times = queue.fixed_taus, None

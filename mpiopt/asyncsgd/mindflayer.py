@@ -36,7 +36,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
-from .base import ALL, RoundMethod
+from .base import RoundMethod
 from .jobs import Job
 
 QUANTILES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9,
@@ -45,30 +45,42 @@ QUANTILES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0
 
 def attempt_cost(model, number, budget, points=4097):
     """c = E min(tau, budget) = integral_0^budget P(tau > s) ds for worker ``number`` (Simpson's rule)."""
-    s = np.linspace(0.0, budget, points)
-    survival = 1 - model.cdf(np.full(points, number), s)
+    return float(attempt_costs(model, np.array([number]), np.array([budget]), points)[0])
+
+
+def attempt_costs(model, numbers, budgets, points=4097, block=2 ** 21):
+    """:func:`attempt_cost` for each worker of ``numbers`` at its budget, a block of workers at a time (each
+    row is the scalar rule's own linspace and pairwise sum, so the bits are the same)."""
+    numbers, budgets = np.asarray(numbers), np.asarray(budgets, dtype=np.float64)
     weights = np.ones(points)
     weights[1:-1:2], weights[2:-1:2] = 4, 2
-    return float(budget / (points - 1) / 3 * np.sum(weights * survival))
+    costs, rows = np.empty(numbers.size), max(1, block // points)
+    for first in range(0, numbers.size, rows):
+        chosen = slice(first, first + rows)
+        s = np.linspace(0.0, budgets[chosen], points, axis=1)
+        survival = 1 - model.cdf(np.broadcast_to(numbers[chosen, None], s.shape), s)
+        costs[chosen] = budgets[chosen] / (points - 1) / 3 * np.sum(weights * survival, axis=1)
+    return costs
 
 
 def budgets(model, n_workers, quantile=None):
-    """(t, p, c) per worker: budgets, probabilities of finishing within them, expected attempt costs."""
+    """(t, p, c) per worker: budgets, probabilities of finishing within them, expected attempt costs; for
+    each worker the quantile of the least c / p (the first among ties), all workers at once."""
     numbers = np.arange(1, n_workers + 1)
     if model.fixed:
         t = model.mean(numbers).astype(np.float64)
         return t, np.ones(n_workers), t.copy()
     choices = (quantile,) if quantile is not None else QUANTILES
-    best_t, best_p, best_c = np.empty(n_workers), np.empty(n_workers), np.empty(n_workers)
-    for i, number in enumerate(numbers):
-        best = None
-        for q in choices:
-            t = float(model.quantile(np.array([number]), q)[0])
-            p = float(model.cdf(np.array([number]), t)[0])
-            c = attempt_cost(model, number, t)
-            if best is None or c / p < best[2] / best[1]:
-                best = (t, p, c)
-        best_t[i], best_p[i], best_c[i] = best
+    best_t = best_p = best_c = None
+    for q in choices:
+        t = np.asarray(model.quantile(numbers, q), dtype=np.float64)
+        p = np.asarray(model.cdf(numbers, t), dtype=np.float64)
+        c = attempt_costs(model, numbers, t)
+        if best_t is None:
+            best_t, best_p, best_c = t, p, c
+            continue
+        better = c / p < best_c / best_p
+        best_t, best_p, best_c = (np.where(better, new, old) for new, old in ((t, best_t), (p, best_p), (c, best_c)))
     return best_t, best_p, best_c
 
 
@@ -138,4 +150,4 @@ class MindFlayerSGD(RoundMethod):
         if not self.keep(worker, grad, k_at):
             return ()
         self._step(self.round_total() / self.normaliser, self.step_size)
-        return ALL
+        return self.round_plan()

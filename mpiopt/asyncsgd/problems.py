@@ -88,6 +88,10 @@ class Problem:
     def grad(self, x):
         raise NotImplementedError
 
+    def loss_and_grad(self, x):
+        """(f(x), grad f(x)), the same bits as ``loss`` and ``grad``; a problem may share their work."""
+        return self.loss(x), self.grad(x)
+
     def stochastic_grad(self, x, rng):
         raise NotImplementedError
 
@@ -224,6 +228,16 @@ class WorstCase(GaussianNoise):
         g[0] -= 1
         g *= self.L / 4
         return g
+
+    def loss_and_grad(self, x):
+        """One product A x for both (the recorder's evaluation at every step)."""
+        if type(self).loss is not WorstCase.loss or type(self).grad is not WorstCase.grad:
+            return super().loss_and_grad(x)
+        g = self._A(x)
+        loss = self.L / 4 * (0.5 * float(x @ g) - float(x[0]))
+        g[0] -= 1
+        g *= self.L / 4
+        return loss, g
 
 
 class HeterogeneousQuadratic(GaussianNoise):

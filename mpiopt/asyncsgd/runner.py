@@ -66,7 +66,8 @@ class Recorder:
         if k == self.last_k or not (force or k % self.settings.eval_every == 0):
             return
         x = self.method.x
-        loss, g = self.problem.loss(x), self.problem.grad(x)
+        both = getattr(self.problem, "loss_and_grad", None)  # a duck-typed problem may lack it
+        loss, g = both(x) if both is not None else (self.problem.loss(x), self.problem.grad(x))
         norm2 = float(g @ g)
         self.last_k = k
         for column, value in zip(HISTORY_COLUMNS, (time, k, gradients, loss, norm2)):

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .base import ALL, RoundMethod
+from .base import RoundMethod
 from .jobs import Job
 
 
@@ -183,7 +183,7 @@ class ShadowheartSGD(RoundMethod):
         if not self.keep(worker, grad, k_at):
             return ()
         self._step(self.round_total() / self.normaliser, self.step_size)
-        return ALL
+        return self.round_plan()
 
 
 def shadowheart_time(h, tau, omega, noise, L, Delta, epsilon):

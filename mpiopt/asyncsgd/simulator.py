@@ -53,6 +53,7 @@ from .timing import Timing
 
 ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sort
 CHUNK = 64  # the bulk's next finishing times sorted at a time
+FIRST_CHUNK = 2  # fixed times: a bulk's first chunk, doubling up to CHUNK (a restart after each event is cheap)
 ZERO = (0.0, 0.0)
 
 
@@ -102,8 +103,13 @@ class EventQueue:
             ends = np.append(np.flatnonzero(np.diff(sorted_taus)) + 1, n_workers)
             self.sorted_taus = sorted_taus
             self.run_end = ends[np.searchsorted(ends, np.arange(n_workers), side="right")]  # end of equal times
-        self.bulk_start, self.bulk_fixed = None, False
-        self.bulk_taus = self.bulk_jobs = self.bulk_times = None
+        self.bulk_start, self.bulk_fixed, self.bulk_chunk = None, False, FIRST_CHUNK
+        self.bulk_taus = self.bulk_times = None
+        # Workers started, finished or cancelled one by one since the last restart of all: the others are
+        # still in the bulk, busy.  A restart then counts its cancellations lazily, O(touched) not O(n):
+        # worker w was busy at ``restarts - spared[w]`` of the restarts since the last ``fold``.
+        self.touched, self.all_started = set(), False
+        self.restarts, self.spared = 0, np.zeros(n_workers, dtype=np.int64)
         self.bulk_order, self.bulk_hi, self.bulk_next, self.bulk_rest = None, None, 0, None
 
     def start(self, worker, at, tau):
@@ -112,23 +118,36 @@ class EventQueue:
         busy = bool(self.busy[worker])
         self.busy[worker] = True
         self.job[worker] += 1
+        self.touched.add(worker)
         hi, self.low[worker] = add_time(at, tau)
         heapq.heappush(self.heap, (hi, worker, int(self.job[worker])))
         return busy
 
-    def start_all(self, at, taus=None):
+    def start_all(self, at, taus=None, cancelled=None):
         """Restart every worker at time ``at`` (hi, lo), for ``taus`` (None: the fixed times); returns how
-        many were busy."""
-        busy = int(np.count_nonzero(self.busy))
-        self.busy[:] = True
-        self.job += 1
+        many were busy, and counts each busy one's cancellation in ``cancelled`` (lazily: see :meth:`fold`)."""
+        n = self.busy.size
+        if not self.all_started or 8 * len(self.touched) > n:  # a vectorized count is as cheap
+            busy = int(np.count_nonzero(self.busy))
+            if cancelled is not None:
+                cancelled += self.busy
+        else:  # the workers not touched since the last restart are busy in its bulk
+            idle = [w for w in self.touched if not self.busy[w]]
+            busy = n - len(idle)
+            if cancelled is not None:
+                self.restarts += 1
+                for worker in idle:
+                    self.spared[worker] += 1
+        self.all_started, self.touched = True, set()
+        self.busy.fill(True)
         self.heap = []
-        self.bulk_start, self.bulk_jobs = at, self.job.copy()
+        self.bulk_start = at
         self.bulk_fixed = taus is None
         self.bulk_taus = self.fixed_taus if taus is None else np.asarray(taus, dtype=np.float64)
         self.bulk_order, self.bulk_hi, self.bulk_next = np.empty(0, dtype=np.int64), np.empty(0), 0
         if taus is None:
             self.bulk_rest = 0  # the next position in the workers sorted by time
+            self.bulk_chunk = FIRST_CHUNK
         else:
             self.bulk_times, self.bulk_rest = time_of(at, self.bulk_taus), ALL_WORKERS
         return busy
@@ -147,7 +166,8 @@ class EventQueue:
         first, n = self.bulk_rest, self.sorted_taus.size
         if first >= n:
             return None
-        end = int(self.run_end[min(first + CHUNK, n) - 1])
+        end = int(self.run_end[min(first + self.bulk_chunk, n) - 1])
+        self.bulk_chunk = min(2 * self.bulk_chunk, CHUNK)  # a restart's first events come cheap
         times = time_of(self.bulk_start, self.sorted_taus[first:end])
         while end < n and time_of(self.bulk_start, float(self.sorted_taus[end])) == times[-1]:
             more = int(self.run_end[end])
@@ -190,7 +210,7 @@ class EventQueue:
                 self.bulk_start = None
                 return None
             worker = int(self.bulk_order[self.bulk_next])
-            if self.job[worker] == self.bulk_jobs[worker]:
+            if worker not in self.touched:
                 return float(self.bulk_hi[self.bulk_next]), worker
             self.bulk_next += 1
 
@@ -221,6 +241,7 @@ class EventQueue:
             at = (hi, float(self.low[worker]))
         self.job[worker] += 1  # its finished job is no longer pending anywhere
         self.busy[worker] = False
+        self.touched.add(worker)
         return at, worker
 
     def pending(self, worker):
@@ -231,7 +252,25 @@ class EventQueue:
         busy = bool(self.busy[worker])
         self.busy[worker] = False
         self.job[worker] += 1
+        self.touched.add(worker)
         return busy
+
+    def fold(self, cancelled):
+        """Add the restarts' lazily counted cancellations into ``cancelled`` (before it is read or saved)."""
+        if self.restarts:
+            cancelled += self.restarts - self.spared
+            self.restarts = 0
+            self.spared[:] = 0
+
+    def bulk_jobs(self):
+        """The job numbers the bulk's entries carry (a checkpoint's form): a touched worker's differs."""
+        jobs = self.job.copy()
+        jobs[list(self.touched)] -= 1
+        return jobs
+
+    def load_bulk_jobs(self, jobs):
+        self.touched = {int(w) for w in np.flatnonzero(np.asarray(jobs) != self.job)}
+        self.all_started = True
 
 
 class Simulation:
@@ -272,8 +311,7 @@ class Simulation:
 
         def assign(plan):
             if plan is ALL:
-                cancelled[queue.busy] += 1
-                queue.start_all(self.now, None if fixed else draw_all(self.tau_rng))
+                queue.start_all(self.now, None if fixed else draw_all(self.tau_rng), cancelled)
                 common[0], common[1] = method.x, method.k
                 own.clear()
                 return
@@ -352,6 +390,7 @@ class Simulation:
         if checkpoint is not None:
             self.pause = self._checkpoint_pauses(checkpoint, recorder)
         drive(self, recorder)
+        self.queue.fold(self.cancelled)
         if checkpoint is None or not recorder.interrupted:
             recorder.evaluate(self.now[0], self.gradients, force=True)
         if checkpoint is not None:

@@ -287,15 +287,26 @@ def async_sgd_tables(result):
                      f"{t['asgd']}) |" + "".join(f" {cell} |" for cell in cells))
     throughput = result.get("throughput")
     if throughput:
+        target = throughput.get("target_s", 60.0)  # results before issue 22 were held to a minute
         lines += ["", f"Simulator throughput: {throughput['n_workers']} workers, tau sqrt, d = {throughput['dim']}, "
                       f"S = {throughput['S']:g}, {throughput['gradients']} gradient events per method, one core "
-                      "(measured; target: under a minute):", "",
+                      f"(measured; target: at most {target:g} s):", "",
                   "| method | events | steps | evaluations | wall (s) | CPU (s) | events / s | events / CPU s | "
-                  "under a minute |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  f"within {target:g} s |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for row in throughput["rows"]:
+            within = row.get("within_target", row.get("under_a_minute"))
             lines.append(f"| {row['method']} | {row['gradients']} | {row['steps']} | {row['evaluations']} | "
                          f"{row['wall_s']:.1f} | {row['cpu_s']:.1f} | {row['events_per_s']:,.0f} | "
-                         f"{row['events_per_cpu_s']:,.0f} | {_yes(row['under_a_minute'])} |")
+                         f"{row['events_per_cpu_s']:,.0f} | {_yes(within)} |")
+        if throughput.get("extra"):
+            lines += ["", f"The issue-22 methods, {throughput['extra_gradients']} gradient events each (the graph "
+                          "methods on a mesh of fewer workers), one core:", "",
+                      "| method | problem | workers | timing | events | steps | wall (s) | events / s | "
+                      "10^6 events at this rate (s) |", "|---|---|---:|---|---:|---:|---:|---:|---:|"]
+            for row in throughput["extra"]:
+                lines.append(f"| {row['method']} | {row['problem']} | {row['n_workers']} | {row['timing']} | "
+                             f"{row['gradients']} | {row['steps']} | {row['wall_s']:.1f} | "
+                             f"{row['events_per_s']:,.0f} | {1e6 / row['events_per_s']:,.0f} |")
     return "\n".join(lines)
 
 

@@ -41,6 +41,8 @@ import statistics
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import report  # noqa: E402
@@ -130,12 +132,10 @@ def speeds_configs(args):
 def compare(config, args, say, grid):
     """Every method of BASELINES at the theory's step size (and the grid's best when ``grid``)."""
     from mpiopt.asyncsgd import get_problem
-    dim, sigma2 = args.dim, 0.01
-    problem = get_problem("worst-case", dim=dim, noise=sigma2)
-    g = problem.grad(problem.x0())
-    epsilon = sigma2 / config["noise_ratio"]
-    if epsilon > 1e-2 * float(g @ g):
-        epsilon = 1e-2 * float(g @ g)
+    dim = args.dim
+    g = get_problem("worst-case", dim=dim, noise=0.0).grad(np.zeros(dim))
+    epsilon = 1e-2 * float(g @ g)              # 1e-2 ||grad f(x0)||^2 (= L^2 / 1600)
+    sigma2 = config["noise_ratio"] * epsilon   # so that sigma^2 / epsilon is the configuration's exactly
     common = dict(n_workers=config["n"], tau=config["tau"], upload="sqrt", upload_scale=config["scale"],
                   epsilon=epsilon, max_gradients=args.max_gradients)
     rows, cap = [], None

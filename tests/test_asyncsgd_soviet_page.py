@@ -14,16 +14,14 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
 from mpiopt.asyncsgd import async_sgd, get_problem, methods
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
 from mpiopt.asyncsgd.soviet_page import shares, soviet_time
 from mpiopt.core.random import random_stream
 
+from test_asyncsgd_freya import ROWS, SEED, TAUS  # noqa: E402  (the Freya PAGE tests' problem and workers)
+
 SELF = MPI.COMM_SELF
-TAUS = [1.0, 1.5, 2.25, 3.0, 5.0]
-SEED = 4
-ROWS = {"rows": 30, "dim": 4, "noise": 0.5}
 
 
 def transcribed_soviet(problem, taus, gamma, S, p, steps, seed):
@@ -111,26 +109,7 @@ def test_freya_page_beats_soviet_page_with_heterogeneous_workers():
     assert len(set(soviet.info["workers"]["accepted"])) == 1  # everyone did the same share
 
 
-def test_a_checkpointed_soviet_run_resumes_bit_for_bit(tmp_path):
-    check_async_sgd_resumes_bit_for_bit(
-        tmp_path, "least-squares", get_problem("least-squares", seed=SEED, **ROWS), "sample_grad", 150,
-        problem_options=ROWS, seed=SEED, method="soviet-page", batch=3, probability=0.4, tau=TAUS, n_workers=5,
-        epsilon=1e-6, stop_at_epsilon=False, max_steps=25)
-
-
 def test_soviet_page_needs_a_finite_sum():
     assert "soviet-page" not in methods(AsyncSGDSettings(), "quadratic")
     assert "soviet-page" in methods(AsyncSGDSettings(), "least-squares")
 
-
-SOVIET_TAUS = {1: [1.0], 2: [2.65, 3.7], 3: [2.3, 2.9, 4.1]}
-
-
-@pytest.mark.mpi
-@pytest.mark.many_ranks
-@pytest.mark.timeout(120)
-def test_soviet_page_on_mpi_ranks_gives_the_simulators_iterates(comm):
-    check_mpi_run_is_the_simulated_one(
-        comm, "least-squares", SOVIET_TAUS, 0.29, 0.25, problem_options={"rows": 8, "dim": 3},
-        method="soviet-page", max_steps=4, stop_at_epsilon=False, trace=True, seed=7, batch=3, probability=0.5,
-        epsilon=1e-6)

@@ -168,6 +168,10 @@ class FreyaPAGE(Method):
             if self.count < self.batch_size:
                 return [worker]
             self.estimate = self.estimate + self.total / self.batch_size
+        return self._end_phase()
+
+    def _end_phase(self):
+        """Step with the estimator, toss the coin and begin the next phase: every worker restarts."""
         previous = self.x
         self._step(self.estimate, self.step_size)
         self.total, self.count = np.zeros(self.x.size), 0
@@ -176,4 +180,8 @@ class FreyaPAGE(Method):
             self._begin_full()
         else:
             self.pair = np.concatenate([self.x, previous])
+            self._begin_difference()
         return ALL
+
+    def _begin_difference(self):
+        """A difference phase begins: nothing to draw yet (each job draws its j as its worker starts)."""

@@ -32,7 +32,6 @@ after each step the coin, then, for a difference phase, the S indices in one
 import numpy as np
 
 from ..core.registry import register
-from .base import ALL
 from .freya import FreyaPAGE
 from .jobs import Job
 
@@ -99,13 +98,4 @@ class SovietPAGE(FreyaPAGE):
             if self.count < self.batch_size:
                 return [worker]
             self.estimate = self.estimate + self.total / self.batch_size
-        previous = self.x
-        self._step(self.estimate, self.step_size)
-        self.total, self.count = np.zeros(self.x.size), 0
-        self.full = bool(self.rng.random() < self.probability)
-        if self.full:
-            self._begin_full()
-        else:
-            self.pair = np.concatenate([self.x, previous])
-            self._begin_difference()
-        return ALL
+        return self._end_phase()

@@ -178,7 +178,7 @@ def _serve_sessions(comm, n, sends, method, recorder, timing, settings, predicte
     if saved is not None:
         extra["resumed_at"] = saved.resumed_at
     if tree:
-        extra["routes"] = routes.describe(topo, tree, server.routed)
+        extra["routes"] = routes.describe(tree, server.routed)
     result = make_result(recorder, "mpi", timing, settings, predicted, end, server.gradients,
                          server.computed, server.cancelled, started, extra)
     recorder.footer(result)

@@ -56,7 +56,7 @@ def topology(comm, graph):
     return comm.Create_dist_graph_adjacent(neighbours, neighbours, reorder=False)
 
 
-def describe(topo, tree, messages):
+def describe(tree, messages):
     """What a run's ``info["routes"]`` holds: the pivot, the topology's edges, the messages per directed edge."""
     n = len(tree["parent"])
     sent = [[int(i), int(j), int(messages[i, j])] for i, j in zip(*np.nonzero(messages))]

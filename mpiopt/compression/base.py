@@ -41,6 +41,7 @@ reducer then hands it each tensor on its own, as the matrix
 :func:`tensor_matrix_shape` (PyTorch's ``view(shape[0], -1)``: a vector of n
 is n x 1), under its own name; the others see the buffer whole, flat.
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,8 +58,13 @@ def tensor_matrix_shape(shape):
     shape = tuple(int(n) for n in shape)
     if not shape:
         return 1, 1
-    rest = int(np.prod(shape[1:], dtype=np.int64))
+    rest = element_count(shape[1:])
     return shape[0], rest
+
+
+def element_count(shape):
+    """The number of elements of an array of ``shape`` (math.prod: a tenth of np.prod's cost per call)."""
+    return math.prod(int(n) for n in shape)
 
 
 def bucket_payload_bytes(compressor, shapes, dtype=np.float32):
@@ -66,8 +72,8 @@ def bucket_payload_bytes(compressor, shapes, dtype=np.float32):
     reducer sends it: each tensor's own payload when the compressor works per tensor, else the flat buffer's."""
     if getattr(compressor, "per_tensor", False):
         return sum(compressor.payload_bytes(tensor_matrix_shape(shape), dtype) for shape in shapes
-                   if int(np.prod(shape, dtype=np.int64)))
-    return compressor.payload_bytes(sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes), dtype)
+                   if element_count(shape))
+    return compressor.payload_bytes(sum(element_count(shape) for shape in shapes), dtype)
 
 
 def buffer_name(name):
@@ -91,7 +97,7 @@ class Context:
 
     @property
     def size(self):
-        return int(np.prod(self.shape, dtype=np.int64))
+        return element_count(self.shape)
 
     @property
     def payload_bytes(self):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..kernels.compress import from_bf16, to_bf16
-from .base import Compressor
+from .base import Compressor, element_count
 
 QUIET_NAN = np.uint16(0x7FC0)
 
@@ -39,7 +39,7 @@ class BF16(Compressor):
     name = "bf16"
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         return self.make_context(shape, dtype, name, step, [(np.uint16, size)])
 
     def encode(self, flat, ctx):

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..kernels.compress import from_fp16, to_fp16
-from .base import Compressor
+from .base import Compressor, element_count
 
 
 @register("compressor", "fp16")
@@ -28,7 +28,7 @@ class FP16(Compressor):
     linear = True
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         return self.make_context(shape, dtype, name, step, [(np.float16, size)])
 
     def encode(self, flat, ctx):

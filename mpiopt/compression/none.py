@@ -6,7 +6,7 @@ Cost: the input's itemsize per element (4 B for float32); one copy to compress
 import numpy as np
 
 from ..core.registry import register
-from .base import Compressor
+from .base import Compressor, element_count
 
 
 @register("compressor", "none")
@@ -16,7 +16,7 @@ class NoCompression(Compressor):
     unbiased = True
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         return self.make_context(shape, dtype, name, step, [(dtype, size)])
 
     def encode(self, flat, ctx):

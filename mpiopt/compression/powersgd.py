@@ -49,7 +49,7 @@ from ..core.backend import get_array_module, to_module
 from ..core.options import Option, Options, seed_option
 from ..core.random import random_stream
 from ..core.registry import register
-from .base import Compressor, buffer_name
+from .base import Compressor, buffer_name, element_count
 
 
 class PowerSGDRound:
@@ -65,7 +65,7 @@ class PowerSGDRound:
 
 def matrix_shape(shape):
     """(rows, cols) of the matrix an array of ``shape`` is viewed as (see the module docstring)."""
-    size = int(np.prod(shape, dtype=np.int64))
+    size = element_count(shape)
     if len(shape) >= 2:
         return int(shape[0]), size // int(shape[0]) if shape[0] else 0
     rows = math.isqrt(size)
@@ -102,7 +102,7 @@ class PowerSGD(Compressor):
         self._q = {}
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         rows, cols = matrix_shape(shape)
         r = min(self.rank, rows, cols)
         compressed = r > 0 and rows * cols >= self.min_compression_rate * (rows + cols) * r

@@ -50,7 +50,7 @@ from ..core.options import Option, Options, seed_option
 from ..core.registry import register
 from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_norms,
                                 qsgd_quantize, unpack_nibbles)
-from .base import Compressor
+from .base import Compressor, element_count
 
 __all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "per_bucket", "unpack_nibbles"]
 
@@ -77,7 +77,7 @@ class QSGD(Compressor):
         self.levels = 2 ** (self.bits - 1) - 1
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         buckets = -(-size // self.bucket_size)
         level_bytes = size if self.bits == 8 else -(-size // 2)
         level_dtype = np.int8 if self.bits == 8 else np.uint8

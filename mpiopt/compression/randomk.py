@@ -29,7 +29,7 @@ from ..core.options import Option, Options, seed_option
 from ..core.random import random_stream
 from ..kernels.compress import scatter_add
 from ..core.registry import register
-from .base import SPARSE_OPTIONS, SparseCompressor, sparse_count
+from .base import SPARSE_OPTIONS, SparseCompressor, element_count, sparse_count
 
 
 @register("compressor", "randomk")
@@ -48,7 +48,7 @@ class RandomK(SparseCompressor):
         self.error_feedback = not self.unbiased
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         k = sparse_count(size, self.ratio, self.k)
         ctx = self.make_context(shape, dtype, name, step, [(dtype, k)], k=k)
         indices = random_stream(self.seed, "randomk", ctx.name, ctx.step).choice(size, k, replace=False)

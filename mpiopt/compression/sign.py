@@ -29,7 +29,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from ..kernels.compress import SIGN_SCALES, sign_pack, sign_scale, sign_unpack
-from .base import Compressor
+from .base import Compressor, element_count
 
 SCALES = SIGN_SCALES
 
@@ -47,7 +47,7 @@ class Sign(Compressor):
         self.scale = scale
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         return self.make_context(shape, dtype, name, step, [(np.float32, 1), (np.uint8, -(-size // 8))])
 
     def magnitude(self, flat):

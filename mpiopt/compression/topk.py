@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.registry import register
 from ..kernels.compress import scatter_add, topk_select
-from .base import SparseCompressor, sparse_count
+from .base import SparseCompressor, element_count, sparse_count
 
 MAX_INDEX = np.iinfo(np.int32).max
 
@@ -38,7 +38,7 @@ class TopK(SparseCompressor):
         self.ratio, self.k = ratio, k
 
     def context(self, shape, dtype, name=None, step=0):
-        size = int(np.prod(shape, dtype=np.int64))
+        size = element_count(shape)
         if size > MAX_INDEX:
             raise ValueError(f"{self.name}: int32 indices address at most {MAX_INDEX} elements, got {size}")
         k = sparse_count(size, self.ratio, self.k)

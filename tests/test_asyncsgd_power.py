@@ -76,8 +76,13 @@ def step_times(h, traces, batch, steps, rule):
             when = min(nexts)
             i = nexts.index(when)
             counts[i] += 1
-            if (sum(counts) >= batch) if rule == "rennala" else \
-                    (min(counts) >= 1 and n / sum(1 / c for c in counts) >= batch / n):
+            if rule == "rennala":
+                done = sum(counts) >= batch
+            elif rule == "minibatch":
+                done = min(counts) >= 1
+            else:
+                done = min(counts) >= 1 and n / sum(1 / c for c in counts) >= batch / n
+            if done:
                 break
             nexts[i] = traces[i].finish(when, h[i])
         t = when
@@ -100,6 +105,31 @@ def test_rennala_and_malenia_steps_end_where_the_universal_model_says(method, ru
                        tau=h, n_workers=n, max_steps=12, stop_at_epsilon=False)
     assert steady.time < result.time
     assert "power outages(period=7, fraction=0.5)" in result.info["timing"]
+
+
+def test_minibatch_steps_and_the_predicted_times_under_power_follow_the_universal_model():
+    """Minibatch waits for one gradient of every worker: its steps end where the test's loop says, and the
+    predicted table is the recursion's (K (1 + S/n) such steps; Rennala's K steps of batch ceil(S)), with
+    ASGD left without a prediction (the paper proves only the lower bound for it)."""
+    h, n = [1.0, 1.5, 2.0, 3.0], 4
+    power = {"period": 7.0, "fraction": 0.5}
+    traces = get_power_model("outages", **power).traces(n)
+    result = async_sgd("quadratic", comm=SELF, problem_options={"dim": 5, "noise": 0.1}, method="minibatch",
+                       tau=h, n_workers=n, power="outages", power_options=power, max_steps=12, stop_at_epsilon=False)
+    assert result.history["time"][1:] == pytest.approx(step_times(h, traces, 1, 12, "minibatch"), rel=1e-12)
+    info, predicted = result.info["problem"], result.predicted
+    K, S = info["L"] * info["Delta"] / result.info["epsilon"], info["sigma2"] / result.info["epsilon"]
+    steps_mb, steps_r = math.ceil(K * (1 + S / n) * (1 - 1e-12)), math.ceil(K * (1 - 1e-12))
+    assert predicted["minibatch"] == pytest.approx(step_times(h, traces, 1, steps_mb, "minibatch")[-1], rel=1e-12)
+    batch = max(1, math.ceil(S * (1 - 1e-12)))
+    assert predicted["rennala"] == pytest.approx(step_times(h, traces, batch, steps_r, "rennala")[-1], rel=1e-12)
+    assert predicted["asgd"] is None and predicted["asgd/rennala"] is None
+    assert predicted["minibatch/rennala"] == pytest.approx(predicted["minibatch"] / predicted["rennala"])
+    # the fixed-power table stays beside them: each worker's mean time, the formulas of mpiopt.asyncsgd.theory
+    harmonic = n / sum(1 / t for t in h)
+    assert predicted["minibatch_fixed_power"] == pytest.approx(max(h) * K * (1 + S / n), rel=1e-12)
+    assert predicted["asgd_fixed_power"] == pytest.approx(harmonic * K * (1 + S / n), rel=1e-12)
+    assert predicted["minibatch"] > predicted["minibatch_fixed_power"]  # the outages cost time
 
 
 def test_a_recorded_trace_drives_the_workers(tmp_path):

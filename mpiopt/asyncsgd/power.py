@@ -223,7 +223,10 @@ def universal_time(traces, h, batch, steps, rule="rennala"):
     of them; returns t_steps (inf when they never do).
 
     ``rule`` "rennala": sum_i B_i >= batch (Tyurin 2025: Rennala's time under arbitrary dynamics);
-    "malenia": every B_i >= 1 and (1/n sum_i 1/B_i)^(-1) >= batch / n."""
+    "malenia": every B_i >= 1 and (1/n sum_i 1/B_i)^(-1) >= batch / n; "minibatch": every B_i >= 1 (one
+    gradient from every worker, ``batch`` unused)."""
+    if rule not in ("rennala", "malenia", "minibatch"):
+        raise ValueError(f"rule must be rennala, malenia or minibatch, got {rule!r}")
     import heapq
     n, t = len(traces), 0.0
     h = np.asarray(h, dtype=np.float64)
@@ -238,6 +241,8 @@ def universal_time(traces, h, batch, steps, rule="rennala"):
             counts[i] += 1
             if rule == "rennala":
                 done = counts.sum() >= batch
+            elif rule == "minibatch":
+                done = bool(np.all(counts > 0))
             else:
                 done = bool(np.all(counts > 0)) and n / np.sum(1.0 / np.maximum(counts, 1)) >= batch / n
             if done:

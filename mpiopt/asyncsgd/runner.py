@@ -103,7 +103,8 @@ class Recorder:
                  f"method: {m.name} {', '.join(f'{k} = {_fmt(v)}' for k, v in m.parameters().items())}",
                  f"runtime: {runtime}, {n_workers} workers, {timing.describe()}",
                  "predicted (constants dropped): " + ", ".join(
-                     f"T_{k} = {predicted[k]:.4g}" for k in ("minibatch", "asgd", "rennala")) +
+                     f"T_{k} = {_fmt(predicted[k]) if predicted[k] is not None else 'n/a'}"
+                     for k in ("minibatch", "asgd", "rennala")) +
                  f", m* = {predicted['m_star']}" + "".join(
                      f", T_{k} = {v:.4g}" for k, v in predicted.items() if k == m.name and k not in THEORY)]
         self.log.banner("mpiopt async-sgd", lines)
@@ -111,7 +112,8 @@ class Recorder:
     def footer(self, result):
         info, workers = result.info, result.info["workers"]
         reached = "not reached" if result.time_to_epsilon is None else f"{result.time_to_epsilon:.6g}"
-        predicted = result.predicted.get(info["method"], math.nan)
+        predicted = result.predicted.get(info["method"])
+        predicted = math.nan if predicted is None else predicted
         self.log.footer([f"status: {result.status} ({info['stop']}); time to epsilon {reached} "
                          f"(predicted for {info['method']}: {predicted:.4g}, constants dropped)",
                          f"steps {result.steps}, gradients {result.gradients} "
@@ -133,6 +135,22 @@ def predicted_for(problem, timing, epsilon):
                                   problem.L, problem.Delta)
 
 
+def universal_predictions(problem, timing, epsilon, fixed):
+    """The theory's table under time-varying power (Tyurin, ICLR 2025, the universal computation model), by
+    the model's recursion over K = L Delta/eps steps: Rennala's (optimal) time with its batch
+    max(1, ceil(S)), and Minibatch's, whose K (1 + S/n) steps each wait for one gradient from every
+    worker.  The paper gives ASGD only the lower bound (Rennala's time), no time of its own: its entry is
+    None.  The fixed-power values stay under ``<name>_fixed_power``."""
+    means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+    K, S = problem.L * problem.Delta / epsilon, theory.noise_ratio(problem.sigma2, epsilon)
+    rennala = universal_time(timing.traces, means, theory.default_batch(problem.sigma2, epsilon), math.ceil(K))
+    minibatch = universal_time(timing.traces, means, 1, math.ceil(K * (1 + S / timing.n_workers)), "minibatch")
+    out = {f"{name}_fixed_power": fixed[name] for name in ("minibatch", "asgd", "rennala")}
+    out.update(minibatch=minibatch, asgd=None, rennala=rennala, ringmaster=rennala, **{"asgd/rennala": None})
+    out["minibatch/rennala"] = minibatch / rennala if 0 < rennala < math.inf else math.nan
+    return out
+
+
 def prepare(problem, timing, settings, log_stream=None):
     """(method, recorder, predicted times) of a run, on the rank that runs the method (its log to
     ``log_stream``, None: stdout): the theory's table and the method's own predictions."""
@@ -140,11 +158,8 @@ def prepare(problem, timing, settings, log_stream=None):
     method = build_method(settings, problem, timing.n_workers, epsilon, timing)
     recorder = Recorder(problem, method, settings, epsilon, log_stream=log_stream)
     predicted = predicted_for(problem, timing, epsilon)
-    if timing.time_varying:  # the universal model: Rennala's (optimal) time by its recursion
-        predicted["rennala_fixed_power"] = predicted["rennala"]
-        predicted["rennala"] = predicted["ringmaster"] = universal_time(
-            timing.traces, timing.plain_model().mean(np.arange(1, timing.n_workers + 1)),
-            theory.default_batch(problem.sigma2, epsilon), math.ceil(problem.L * problem.Delta / epsilon))
+    if timing.time_varying:
+        predicted.update(universal_predictions(problem, timing, epsilon, predicted))
     if timing.graph is not None:  # the decentralized methods' times on this graph, whichever method runs
         means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
         predicted["fragile"] = fragile_time(timing.graph, means, problem.sigma2, epsilon, problem.L,

@@ -73,13 +73,19 @@ def transcribed_freya(problem, taus, gamma, S, p, steps, seed):
     return x, float(t), accepted, discarded, computed
 
 
-@pytest.mark.parametrize("batch, probability", [(None, None), (3, 0.5), (7, 1.0)])
-def test_freya_page_is_its_algorithm_boxes(batch, probability):
-    problem = get_problem("least-squares", seed=SEED, **ROWS)
+def page_parameters(problem, batch=None, probability=None):
+    """PAGE's choices as the paper states them: S = ceil(sqrt(m)), p = S/(m + S), and
+    gamma = 1/(L + L_+- sqrt((1 - p)/(p S))); the given batch or probability where there is one."""
     m = problem.n_samples
     S = batch or math.ceil(math.sqrt(m))
     p = probability or S / (m + S)
-    gamma = 1 / (problem.L + problem.L_pm * math.sqrt((1 - p) / (p * S)))
+    return S, p, 1 / (problem.L + problem.L_pm * math.sqrt((1 - p) / (p * S)))
+
+
+@pytest.mark.parametrize("batch, probability", [(None, None), (3, 0.5), (7, 1.0)])
+def test_freya_page_is_its_algorithm_boxes(batch, probability):
+    problem = get_problem("least-squares", seed=SEED, **ROWS)
+    m, (S, p, gamma) = problem.n_samples, page_parameters(problem, batch, probability)
     expected, end, accepted, discarded, computed = transcribed_freya(problem, TAUS, gamma, S, p, 12, SEED)
     result = async_sgd("least-squares", comm=SELF, problem_options=ROWS, seed=SEED, method="freya-page",
                        batch=batch, probability=probability, tau=TAUS, n_workers=len(TAUS), epsilon=1e-6,

@@ -19,7 +19,7 @@ from mpiopt.asyncsgd.settings import AsyncSGDSettings
 from mpiopt.asyncsgd.soviet_page import shares, soviet_time
 from mpiopt.core.random import random_stream
 
-from test_asyncsgd_freya import ROWS, SEED, TAUS  # noqa: E402  (the Freya PAGE tests' problem and workers)
+from test_asyncsgd_freya import ROWS, SEED, TAUS, page_parameters  # noqa: E402  (the Freya PAGE tests' problem and workers)
 
 SELF = MPI.COMM_SELF
 
@@ -59,10 +59,7 @@ def transcribed_soviet(problem, taus, gamma, S, p, steps, seed):
 @pytest.mark.parametrize("batch, probability", [(None, None), (3, 0.5), (7, 0.2), (2, 1.0)])
 def test_soviet_page_is_page_with_each_phase_dealt_out_evenly(batch, probability):
     problem = get_problem("least-squares", seed=SEED, **ROWS)
-    m = problem.n_samples
-    S = batch or math.ceil(math.sqrt(m))
-    p = probability or S / (m + S)
-    gamma = 1 / (problem.L + problem.L_pm * math.sqrt((1 - p) / (p * S)))
+    S, p, gamma = page_parameters(problem, batch, probability)
     expected, ends, accepted, computed = transcribed_soviet(problem, TAUS, gamma, S, p, 12, SEED)
     result = async_sgd("least-squares", comm=SELF, problem_options=ROWS, seed=SEED, method="soviet-page",
                        batch=batch, probability=probability, tau=TAUS, n_workers=len(TAUS), epsilon=1e-6,

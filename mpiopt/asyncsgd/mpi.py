@@ -258,8 +258,7 @@ class _Server:
         """Start the clock again at ``at`` compute-time units (a checkpoint's time is not the run's)."""
         self.origin = MPI.Wtime() - at * self.settings.time_unit
 
-    def clock(self):
-        return self.now()
+    clock = now  # the executor's clock (engine.drive): wall time in compute-time units
 
     def pause(self):
         """The checkpoint's request ("checkpoint", "stop") to end this session now, or None."""
@@ -382,11 +381,10 @@ def _next_order(comm, status, deadline, router=None):
             order = buffer if router is None else router.route(buffer)
             if order is not None:
                 return order
-        elif router is not None:
-            order = router.pump()
+        else:
+            order = None if router is None else router.pump()
             if order is not None:
                 return order
-        if message is None:
             remaining = deadline - clock.monotonic()
             if remaining <= 0:
                 return None
@@ -463,9 +461,8 @@ def _work(comm, problem, timing, settings, worker, streams, tree=None, topo=None
                 failed = report(failure)
         deadline = clock.monotonic() + (tau * unit if tau < math.inf else 1e12)
     if router is not None:
-        router.finish(settings.idle_timeout)
-        sends.wait()
-        return None
+        router.finish(settings.idle_timeout)  # its DONE carries the counts sent; then drains to the FLUSH
     sends.wait()
-    comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)
+    if router is None:
+        comm.Send([NOTHING, MPI.BYTE], 0, ASGD_DONE)
     return None

@@ -371,11 +371,12 @@ class Simulation:
         """``pause()`` with a checkpoint: after each event (not before this session's first, so a signal
         during the set-up is answered at the first step, as every solver's checkpoint is), write one when it
         is due or asked for; True when a SIGTERM stops the run."""
-        before_first = [True]
+        before_first = True
 
         def pause():
-            if before_first[0]:  # the top of the loop before this session's first event
-                before_first[0] = False
+            nonlocal before_first
+            if before_first:  # the top of the loop before this session's first event
+                before_first = False
                 return None
             return checkpoint.after_event(self, recorder)
         return pause

@@ -21,6 +21,7 @@ from conftest import shard_bounds
 from mpiopt.admm import lasso, solve
 from mpiopt.admm.design import Design
 from mpiopt.admm.path import regularization_path
+from mpiopt.admm.penalties import L1
 from mpiopt.admm.solver import Problem
 from mpiopt.admm.workingset import ColumnCache, choose, scores
 from mpiopt.core import CollectiveError
@@ -194,7 +195,7 @@ def test_the_working_set_rule():
     norms = np.ones(8)
     correlation = np.array([1.0, 0.2, 0.9, 0.5, 0.99, 0.1, 0.0, 0.8])
     kept = np.array([True] * 7 + [False])
-    d = scores(correlation, norms, 1.0, kept)
+    d = scores(correlation, norms, L1(1.0), kept)
     assert np.isinf(d[7]) and d[4] < d[2] < d[3]
     support = np.zeros(8, dtype=bool)
     support[5] = True

@@ -45,7 +45,7 @@ their prox and the u-step separately.  On the GPU the two all-reduces go
 through host memory (the reducers work on numpy buffers), and only scalars
 (the residual norms) come back to the host otherwise.
 
-For L1 and elastic-net penalties with the squared or logistic loss the engine
+For the losses and penalties with a dual (gap.py: L1, elastic net, group lasso; squared, logistic, Huber) the engine
 computes a duality gap (gap.py): at the end always (``result.gap``), and with
 ``gap_tol`` every ``gap_every`` iterations as a second stopping rule.
 
@@ -68,7 +68,7 @@ from ..core import backend
 from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
 from ..kernels import admm as kernels
-from .gap import duality_gap, gap_terms
+from .gap import certificate_of, duality_gap
 from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
@@ -118,8 +118,8 @@ class ConsensusADMM:
         self.previous_residuals = (math.inf, math.inf)
         self.history = {key: [] for key in HISTORY}
         self.objective_history = {"iter": [], "objective": []}
-        # the duality gap (gap.py) for L1 / elastic net with the squared or logistic loss, else None
-        self.gap_available = gap_terms(loss, penalty) is not None
+        # the duality gap (gap.py) where the loss and penalty have a dual, else None
+        self.gap_available = certificate_of(loss, penalty) is not None
         self.gap_checked = settings.gap_tol is not None and self.gap_available  # a stopping rule on the gap
         if self.gap_checked:
             self.history["gap"] = []

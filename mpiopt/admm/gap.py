@@ -1,8 +1,8 @@
-"""Duality gaps across ranks: a certificate of optimality for sparse GLMs (L1 and elastic net).
+"""Duality gaps across ranks: a certificate of optimality for sparse GLMs.
 
 For P(w) = sum_j phi(a_j^T w, t_j) + g(w), with the rows a_j split over the
-ranks and g = l1 ||w||_1 + (l2 / 2) ||w||^2 on every coordinate but an
-unpenalized intercept, Fenchel duality gives for any theta in R^m
+ranks and g a penalty on every coordinate but an unpenalized intercept,
+Fenchel duality gives for any theta in R^m
 
     D(theta) = -sum_j phi*(-theta_j, t_j) - g*(A^T theta) <= P(w*) <= P(w),
 
@@ -19,9 +19,19 @@ manner of glmnet, celer and skglm (Massias et al. 2018, Ndiaye et al. 2017):
   the squared loss's residual is centered, the logistic one balanced (the
   larger of the two label classes' sums of p_j is scaled down to the other,
   which keeps every p_j in [0, 1]);
-* L1 (l2 = 0): g* is the indicator of ||v||_inf <= l1, so theta is scaled by
-  s = min(1, l1 / ||A^T theta||_inf); elastic net (l2 > 0):
+* Huber phi = huber_delta(m - b): theta = clip(b - A w, -delta, delta), and
+  -phi*(-theta) = theta^T b - ||theta||^2 / 2 on the box |theta_j| <= delta
+  (balanced as the logistic point with an intercept, which keeps it there);
+* L1: g* is the indicator of ||v||_inf <= l1, so theta is scaled by
+  s = min(1, l1 / ||A^T theta||_inf); the group lasso lam sum_g w_g ||w_g||: by
+  s = min(1, lam / max_g ||(A^T theta)_g|| / w_g); elastic net (l2 > 0):
   g*(v) = sum_k max(|v_k| - l1, 0)^2 / (2 l2) is finite, theta is used as it is.
+
+These are capabilities of the pieces, not of this module: a loss provides its
+dual point and value (``dual_sums``, ``dual_value``, ``dual_concavity``:
+losses/base.py) and a penalty its scaling, conjugate and screening levels
+(``dual_scale``, ``conjugate``, ``dual_levels``: penalties.py), so any pair
+that provides them gets gaps, gap-safe screening and working sets.
 
 Cost of one evaluation: A w and A^T theta on each shard (one pass over its
 rows, dense or sparse; a tall squared shard uses its Gram matrix instead,
@@ -29,17 +39,15 @@ O(n^2)), one all-reduce of n + 3 numbers (A^T theta and the scalar sums) and,
 with an intercept or a rescaled logistic point, one or two all-reduces of a
 few scalars.  The all-reduces are plain MPI sums, not the z-step's reducer
 (which may compress): the certificate is exact.  Ranks without rows contribute zeros.  Other
-losses or penalties have no gap here (:func:`gap_terms` returns None).
+losses or penalties have no gap here (:func:`certificate_of` returns None).
 """
 import dataclasses
 
 import numpy as np
-from mpi4py import MPI
 
 from ..core import backend
-from .losses.glm import LogisticLossShard
-from .losses.squared import SquaredLossShard
-from .penalties import L1, ElasticNet, Unpenalized
+from .losses.base import host_allreduce
+from .penalties import Unpenalized
 
 
 @dataclasses.dataclass
@@ -54,8 +62,16 @@ class Gap:
     scale: float = 1.0  # theta = scale x the (generalized, centered) residual: correlation / scale is -grad
 
 
-def gap_terms(loss, penalty):
-    """(l1, l2, intercept) when the gap is available for this loss and penalty, else None (same on every rank)."""
+@dataclasses.dataclass(frozen=True)
+class Certificate:
+    """What a duality gap needs of a loss and penalty: the penalty on the penalized columns (its dual
+    capabilities) and whether the last coordinate is an unpenalized intercept (then sum_j theta_j = 0)."""
+    penalty: object
+    intercept: bool
+
+
+def certificate_of(loss, penalty):
+    """The Certificate when this loss and penalty have a duality gap, else None (the same on every rank)."""
     intercept = False
     if type(penalty) is Unpenalized:
         if penalty.count != 1 or not loss.design.intercept:
@@ -63,28 +79,9 @@ def gap_terms(loss, penalty):
         penalty, intercept = penalty.penalty, True
     elif getattr(loss.design, "intercept", False):
         return None
-    if type(loss) not in (SquaredLossShard, LogisticLossShard):
+    if loss.dual_concavity is None or not penalty.certifiable():
         return None
-    if type(penalty) is L1:
-        return penalty.lam, 0.0, intercept
-    if type(penalty) is ElasticNet:
-        return penalty.lam * penalty.l1_ratio, penalty.lam * (1.0 - penalty.l1_ratio), intercept
-    return None
-
-
-def _allreduce(comm, values):
-    """Sum a host list or array over the ranks (plain MPI: exact, whatever reducer the z-step uses)."""
-    values = np.array(values, dtype=float)
-    comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
-    return values
-
-
-def _entropy(p, xp):
-    """sum_j H(p_j) = -sum_j p_j log p_j + (1 - p_j) log(1 - p_j), with 0 log 0 = 0."""
-    safe = xp.where(p > 0, p, 1.0)
-    below = xp.where(p < 1, p, 0.0)
-    terms = xp.where(p > 0, p * xp.log(safe), 0.0) + xp.where(p < 1, (1.0 - p) * xp.log1p(-below), 0.0)
-    return -float(terms.sum())
+    return Certificate(penalty, intercept)
 
 
 def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
@@ -97,130 +94,43 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
     Gram matrix is formed (the working-set solver never forms it and passes ``margin`` = A_aug z instead,
     computed from the working set's columns, which saves a pass).
     """
-    l1, l2, intercept = gap_terms(loss, penalty)
-    logistic = isinstance(loss, LogisticLossShard)
+    certificate = certificate_of(loss, penalty)
+    intercept = certificate.intercept
     # the sums below depend on z alone, not on the weights: a path's next weight starts at the point where the
     # last one was certified, so they are kept for that point (O(n) to recognise it) and reused
     cached = getattr(loss, "_dual_sums", None)
     theta = None
     if not theta_wanted and cached is not None and cached[0] == intercept and cached[1].shape == z.shape \
             and bool((cached[1] == z).all()):
-        host, p = cached[2].copy(), cached[3]
+        host, state = cached[2].copy(), cached[3]
     else:
-        sums = _logistic_sums if logistic else _squared_sums
-        host, p, theta = sums(loss, z, comm, intercept, theta_wanted, margin)
+        host, state, theta = loss.dual_sums(z, comm, intercept, theta_wanted, margin)
         if not theta_wanted:
-            loss._dual_sums = (intercept, z.copy(), host.copy(), p if logistic and loss.active else None)
-    return _gap_of_sums(loss, penalty, z, comm, host, p, theta, l1, l2, intercept)
+            loss._dual_sums = (intercept, z.copy(), host.copy(), state)
+    return _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta)
 
 
-def _logistic_sums(loss, z, comm, intercept, theta_wanted, margin):
-    """(the all-reduced [A^T theta, loss value, sum_j H(p_j)], p, theta) of the logistic loss at z: theta_j =
-    y_j p_j with p_j = sigmoid(-y_j m_j), balanced over the two label classes with an intercept."""
-    xp, design, n, active = loss.xp, loss.design, loss.n, loss.active
-    p = theta = None
-    if active:
-        if margin is None:
-            margin = design.matvec(z)
-        y = loss.targets
-        signed = y * margin
-        p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
-        value = float(xp.logaddexp(0.0, -signed).sum())
-    if intercept:  # make sum(theta) = 0: the larger class's sum of p scaled down to the other's
-        local = [float(p[y > 0].sum()), float(p[y < 0].sum())] if active else [0.0, 0.0]
-        positive, negative = _allreduce(comm, local)
-        if positive > negative:
-            factors = (negative / positive, 1.0)
-        else:
-            factors = (1.0, positive / negative if negative > 0 else 1.0)
-        if active and factors != (1.0, 1.0):
-            p = p * xp.where(y > 0, factors[0], factors[1])
-    buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
-    if active:
-        theta = y * p
-        buffer[n] = value
-        buffer[:n] = design.rmatvec(theta)
-        buffer[n + 1] = _entropy(p, xp)
-    return _allreduce(comm, backend.to_host(buffer)), p, theta
-
-
-def _squared_sums(loss, z, comm, intercept, theta_wanted, margin):
-    """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) of the squared loss at z:
-    theta the residual b - A z, centered with an intercept; from the Gram matrix when it is formed and theta
-    is not wanted (theta None then), from A^T b at a point with every coefficient 0."""
-    xp, design, n, active = loss.xp, loss.design, loss.n, loss.active
-    from_gram = not theta_wanted and getattr(loss, "method", None) == "cholesky-tall" and loss.gram_formed \
-        and margin is None
-    # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
-    from_atb = not from_gram and active and not bool(z[:design.features].any())
-    theta = None
-    if active:
-        if from_gram:
-            correlation_local = loss.Atb - loss.gram @ z  # A_aug^T r; its last entry is sum(r) with an intercept
-            value = loss.value(z)
-            rb = 2.0 * loss.half_bb - float(loss.Atb @ z)
-            rsum = float(correlation_local[-1]) if intercept else 0.0
-        else:
-            residual = loss.b - (design.matvec(z) if margin is None else margin)
-            value = 0.5 * float(residual @ residual)
-            rsum = float(residual.sum())
-    center = 0.0
-    if intercept:  # make sum(theta) = 0 (one allreduce of a few scalars)
-        total, rows = _allreduce(comm, [rsum if active else 0.0, loss.rows])
-        center = float(total) / rows
-    buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
-    if active:
-        buffer[n] = value
-        if from_gram:  # theta = r - center: A^T 1 is G's intercept column, sum(b) the last entry of A^T b
-            buffer[:n] = correlation_local - center * loss.gram[:, -1] if intercept else correlation_local
-            sb = float(loss.Atb[-1]) if intercept else 0.0
-            buffer[n + 1] = rb - center * sb
-            buffer[n + 2] = 2.0 * value - 2.0 * center * rsum + center * center * loss.rows
-        else:
-            theta = residual - center if intercept else residual
-            if from_atb:  # theta = b - (c + center) 1 with c the intercept's value
-                shift = (float(z[-1]) if design.intercept else 0.0) + (center if intercept else 0.0)
-                buffer[:n] = loss.Atb - shift * design.ones_correlation() if shift else loss.Atb
-            else:
-                buffer[:n] = design.rmatvec(theta)
-            buffer[n + 1] = float(theta @ loss.b)
-            buffer[n + 2] = float(theta @ theta)
-    return _allreduce(comm, backend.to_host(buffer)), None, theta
-
-
-def _gap_of_sums(loss, penalty, z, comm, host, p, theta, l1, l2, intercept):
-    """(Gap, theta) from the all-reduced sums ``host``: theta scaled into the dual's domain (L1: by
-    min(1, l1 / ||A^T theta||_inf); elastic net: as it is, with the conjugate's excess)."""
-    xp, n, logistic = loss.xp, loss.n, isinstance(loss, LogisticLossShard)
-    correlation = xp.asarray(host[:n - 1] if intercept else host[:n])
-    loss_value, first, second = (float(v) for v in host[n:])
-    primal = loss_value + penalty.value(z)
-    if l2 > 0:  # elastic net: theta as it is
-        scale = 1.0
-        excess = xp.maximum(xp.abs(correlation) - l1, 0.0)
-        conjugate = float(excess @ excess) / (2.0 * l2)
-    else:
-        largest = float(xp.abs(correlation).max()) if correlation.shape[0] else 0.0
-        scale = 1.0 if largest <= l1 else l1 / largest
-        conjugate = 0.0
-    if logistic:
-        if scale != 1.0:  # the entropy of the rescaled p (one allreduce of a scalar)
-            first = float(_allreduce(comm, [_entropy(scale * p, xp) if loss.active else 0.0])[0])
-        dual = first - conjugate
-    else:
-        dual = scale * first - 0.5 * scale * scale * second - conjugate
+def _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta):
+    """(Gap, theta) from the all-reduced sums ``host``: theta scaled into the dual's domain by the penalty's
+    ``dual_scale``, the dual value the loss's at that scale less the penalty's conjugate there."""
+    n, intercept = loss.n, certificate.intercept
+    host_correlation = host[:n - 1] if intercept else host[:n]
+    primal = float(host[n]) + penalty.value(z)
+    scale = certificate.penalty.dual_scale(host_correlation)
+    scaled = host_correlation if scale == 1.0 else scale * host_correlation
+    dual = loss.dual_value(host[n + 1:], scale, state, comm) - certificate.penalty.conjugate(scaled)
     if theta is not None and scale != 1.0:
         theta = scale * theta
     gap = primal - dual
     return Gap(primal=primal, dual=dual, gap=gap, relative=gap / max(abs(primal), 1e-300),
-               correlation=scale * correlation if scale != 1.0 else correlation, scale=scale), theta
+               correlation=loss.xp.asarray(scaled), scale=scale), theta
 
 
 def safe_radius(loss, gap):
-    """The radius of the gap-safe sphere around the dual point: the dual is mu-strongly concave (mu = 1 for
-    the squared loss, 4 for the logistic one: H'' <= -4), so ||theta - theta*|| <= sqrt(2 gap / mu)."""
-    mu = 4.0 if isinstance(loss, LogisticLossShard) else 1.0
-    return float(np.sqrt(2.0 * max(gap, 0.0) / mu))
+    """The radius of the gap-safe sphere around the dual point: the dual is mu-strongly concave (the loss's
+    ``dual_concavity``: 1 for the squared and Huber losses, 4 for the logistic one), so
+    ||theta - theta*|| <= sqrt(2 gap / mu)."""
+    return float(np.sqrt(2.0 * max(gap, 0.0) / loss.dual_concavity))
 
 
 def column_norms(loss, comm):
@@ -230,32 +140,35 @@ def column_norms(loss, comm):
         local = np.asarray(backend.to_host(design.column_squares()), dtype=float).ravel()
     else:
         local = np.zeros(design.features)
-    return np.sqrt(_allreduce(comm, local))
+    return np.sqrt(host_allreduce(comm, local))
 
 
 def screen(loss, penalty, z, comm, norms):
     """The gap-safe sphere test (Fercoq, Gramfort and Salmon 2015; Ndiaye et al. 2017) at z (collective).
 
-    Returns (kept, Gap): ``kept`` a host boolean array over the penalized columns, False where
-    |a_k^T theta| + r ||a_k|| < l1, which proves the k-th coefficient zero at the optimum (its
-    subgradient condition |a_k^T theta*| <= l1 holds strictly); every rank gets the same mask, computed from
-    all-reduced quantities.  The intercept is never screened.
+    Returns (kept, Gap): ``kept`` a host boolean array over the penalized columns, False where the
+    penalty's level plus r times its spread is below its bound (L1: |a_k^T theta| + r ||a_k|| < l1; a group:
+    ||A_g^T theta|| + r ||A_g||_F < lam w_g), which proves the coefficient (or group) zero at the optimum
+    (its subgradient condition holds strictly); every rank gets the same mask, computed from all-reduced
+    quantities.  The intercept is never screened.
     """
     gap, _ = dual_point(loss, penalty, z, comm, theta_wanted=False)
-    return sphere_test(loss, gap, norms, gap_terms(loss, penalty)[0], comm), gap
+    return sphere_test(loss, gap, norms, certificate_of(loss, penalty).penalty, comm), gap
 
 
-def sphere_test(loss, gap, norms, l1, comm):
-    """The columns the gap-safe sphere around ``gap``'s dual point does not prove zero (a host boolean array,
-    the same on every rank: all-reduced sums may round differently on different ranks, so rank 0 decides)."""
-    correlation = np.abs(np.asarray(backend.to_host(gap.correlation), dtype=float))
-    kept = (correlation + safe_radius(loss, gap.gap) * norms >= l1 * (1.0 - 1e-9)).astype(np.uint8)  # margin
+def sphere_test(loss, gap, norms, penalty, comm):
+    """The columns the gap-safe sphere around ``gap``'s dual point does not prove zero for ``penalty`` (the
+    certificate's, on the penalized columns): a host boolean array, the same on every rank (all-reduced sums
+    may round differently on different ranks, so rank 0 decides)."""
+    correlation = np.asarray(backend.to_host(gap.correlation), dtype=float)
+    level, bound, spread = penalty.dual_levels(correlation, norms)
+    kept = (level + safe_radius(loss, gap.gap) * spread >= bound * (1.0 - 1e-9)).astype(np.uint8)  # margin
     comm.Bcast(kept, root=0)
     return kept.astype(bool)
 
 
 def duality_gap(loss, penalty, z, comm):
     """The Gap at z, or None when the loss and penalty have none here (collective)."""
-    if gap_terms(loss, penalty) is None:
+    if certificate_of(loss, penalty) is None:
         return None
     return dual_point(loss, penalty, z, comm, theta_wanted=False)[0]

@@ -24,6 +24,27 @@ what the solver needs to know of it, as skglm's penalties do:
   else None; the engine then fuses the z- and u-steps into one kernel
   (:func:`mpiopt.kernels.admm.z_u_update`).
 
+A penalty that can bound its dual gets duality gaps, gap-safe screening and
+working sets (mpiopt.admm.gap, workingset.py) with any loss that has a dual
+(``dual_concavity``, losses/base.py).  With v = A^T theta over its columns (a
+host array), it provides:
+
+* ``dual_scale(v)``: the s in (0, 1] that puts s v in the domain of its
+  conjugate g* (L1: min(1, lam / ||v||_inf); the group lasso: min(1, lam /
+  max_g ||v_g|| / w_g); the elastic net: 1, its g* is finite everywhere);
+* ``conjugate(v)``: g*(v) there (0 for a norm, whose g* is an indicator);
+* ``dual_levels(v, norms)``: per column (level, bound, spread) such that a
+  coefficient (or its group) is zero at the optimum when the dual optimum's
+  level is below the bound: |v_k|, lam, ||a_k|| for L1; ||v_g||, lam w_g,
+  ||A_g||_F for a group.  The sphere test keeps a column when level + r spread
+  >= bound, and working sets rank columns by (bound - level) / spread (celer's
+  rule);
+* ``whole(columns)`` and ``on_columns(columns)``: the columns completed to
+  whole groups, and the penalty restricted to them (a working set's problem).
+
+Only a class that defines ``dual_scale`` itself is certified (a subclass with a
+prox of its own must say so again).
+
 A user registers a penalty of their own the same way, declaring its options
 (``LAM``, :mod:`mpiopt.admm.pieces`' weight, shared by the weighted penalties),
 and uses it by name, its options as keywords or in ``penalty_options``::
@@ -102,6 +123,30 @@ class Penalty:
     def value(self, z):
         return 0.0
 
+    def certifiable(self):
+        """Whether this penalty bounds its dual (module docstring): its class defines ``dual_scale``."""
+        return "dual_scale" in type(self).__dict__
+
+    def dual_scale(self, v):
+        """The s in (0, 1] that puts s v in the domain of the conjugate (None: no certificate)."""
+        return None
+
+    def conjugate(self, v):
+        """g*(v) at a v in the conjugate's domain."""
+        return 0.0
+
+    def dual_levels(self, v, norms):
+        """(level, bound, spread) per column for the sphere test and the working sets (module docstring)."""
+        raise NotImplementedError(f"the {self.name} penalty has no dual levels")
+
+    def whole(self, columns):
+        """``columns`` (sorted host indices) completed to whole groups: themselves without groups."""
+        return columns
+
+    def on_columns(self, columns):
+        """This penalty on the columns ``columns`` (whole groups) of its own: itself without groups."""
+        return self
+
     def settings(self):
         """The numbers that define the penalty (for JSON results and checkpoints)."""
         return {}
@@ -145,6 +190,13 @@ class L1(Penalty):
 
     def value(self, z):
         return self.lam * float(self.xp.abs(z).sum())
+
+    def dual_scale(self, v):
+        largest = float(np.abs(v).max()) if v.shape[0] else 0.0
+        return 1.0 if largest <= self.lam else self.lam / largest
+
+    def dual_levels(self, v, norms):
+        return np.abs(v), self.lam, norms
 
     def settings(self):
         return {"lam": self.lam}
@@ -192,6 +244,19 @@ class ElasticNet(Penalty):
     def value(self, z):
         return self.lam * (self.l1_ratio * float(self.xp.abs(z).sum())
                            + 0.5 * (1.0 - self.l1_ratio) * float(z @ z))
+
+    def dual_scale(self, v):
+        return 1.0  # g*(v) = sum_k max(|v_k| - l1, 0)^2 / (2 l2) is finite everywhere
+
+    def conjugate(self, v):
+        l1, l2 = self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)
+        if l2 <= 0:  # l1_ratio = 1: the lasso's indicator, which s = 1 satisfies only inside it
+            return 0.0 if (float(np.abs(v).max()) if v.shape[0] else 0.0) <= l1 else math.inf
+        excess = np.maximum(np.abs(v) - l1, 0.0)
+        return float(excess @ excess) / (2.0 * l2)
+
+    def dual_levels(self, v, norms):
+        return np.abs(v), self.lam * self.l1_ratio, norms
 
     def settings(self):
         return {"lam": self.lam, "l1_ratio": self.l1_ratio}
@@ -241,6 +306,42 @@ class GroupLasso(Penalty):
     def value(self, z):
         return self.lam * sum(weight * float(self.xp.sqrt(z[index] @ z[index]))
                               for index, weight in zip(self._members(), self.weights))
+
+    def certifiable(self):
+        """Only with every column in a group: an unpenalized column would need a_k^T theta = 0 exactly."""
+        return bool((self.groups >= 0).all())
+
+    def _group_levels(self, v):
+        """||v_g|| / w_g per group (host)."""
+        return np.array([math.sqrt(float(v[index] @ v[index])) / weight
+                         for index, weight in zip(self.members, self.weights)])
+
+    def dual_scale(self, v):
+        largest = float(self._group_levels(v).max()) if self.members else 0.0
+        return 1.0 if largest <= self.lam else self.lam / largest
+
+    def dual_levels(self, v, norms):
+        level, bound, spread = np.zeros(v.shape[0]), np.zeros(v.shape[0]), np.zeros(v.shape[0])
+        for index, weight in zip(self.members, self.weights):
+            level[index] = math.sqrt(float(v[index] @ v[index]))
+            bound[index] = self.lam * weight
+            spread[index] = math.sqrt(float(norms[index] @ norms[index]))  # ||A_g||_F >= ||A_g||_2
+        return level, bound, spread
+
+    def whole(self, columns):
+        labels = np.unique(self.groups[columns])
+        return np.flatnonzero(np.isin(self.groups, labels[labels >= 0]) | np.isin(np.arange(self.groups.size),
+                                                                                   columns))
+
+    def on_columns(self, columns):
+        columns = np.asarray(columns)
+        if columns.size == self.groups.size:
+            return self
+        if self.whole(columns).size != columns.size:
+            raise ValueError("a group lasso restricted to some columns needs whole groups")
+        restricted = GroupLasso(self.lam, self.groups[columns])
+        restricted.xp = self.xp
+        return restricted
 
     def settings(self):
         return {"lam": self.lam, "groups": len(self.members)}
@@ -341,6 +442,12 @@ class Unpenalized(Penalty):
 
     def value(self, z):
         return self.penalty.value(z[:-self.count])
+
+    def whole(self, columns):
+        return self.penalty.whole(columns)
+
+    def on_columns(self, columns):
+        return Unpenalized(self.penalty.on_columns(columns), self.count)
 
     def settings(self):
         return dict(self.penalty.settings(), unpenalized_last=self.count)

@@ -30,7 +30,7 @@ class Point:
         index = xp.asarray(numpy.concatenate([columns, [features]]) if intercept else columns)
         start_from = types.SimpleNamespace(x=self.x[index], u=None if self.u is None else self.u[index],
                                            info={"rho_final": self.rho})
-        result = problem.solve(penalty, warm_start=start_from, **settings)
+        result = problem.solve(penalty.on_columns(columns), warm_start=start_from, **settings)
         self.x = xp.zeros(self.x.shape[0])
         self.x[index] = xp.asarray(result.x)
         if result.u is not None:

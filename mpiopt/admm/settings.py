@@ -22,8 +22,8 @@ class ADMMSettings(Settings):
     eps_abs: float = 1e-6     # absolute tolerance of the stopping rule (Boyd et al. 3.3.1)
     eps_rel: float = 1e-6     # relative tolerance of the stopping rule
     max_iter: int = 10000     # iteration limit ("max_iterations" when it stops there)
-    gap_tol: float = None     # also stop ("converged") when the relative duality gap is <= this (L1 / elastic net
-                              # with the squared or logistic loss; gap.py); None: the residual rule only
+    gap_tol: float = None     # also stop ("converged") when the relative duality gap is <= this (where the loss
+                              # and penalty have a dual: gap.py); None: the residual rule only
     gap_every: int = 10       # with gap_tol, evaluate the gap every this many iterations (a pass over the rows)
     time_limit: float = 0.0   # seconds for the iterations; 0 means none
     verbose: bool = False     # iteration log on rank 0
@@ -35,10 +35,10 @@ class ADMMSettings(Settings):
     anderson: int = 5           # Anderson acceleration memory (0: off); see anderson.py
     x_tol_factor: float = 0.01  # iterative x-steps stop at gradient norm x_tol_factor * min(r_norm, s_norm)
     x_tol_min: float = 1e-12    # the iterative x-steps' gradient-norm tolerance never goes below this
-    screening: bool = False     # gap-safe screening before the solve (L1 / elastic net, squared or logistic;
+    screening: bool = False     # gap-safe screening before the solve (where there is a gap;
                                 # off with a checkpoint); see docs/admm.md "Screening"
-    working_set: bool = None    # working sets (workingset.py) for L1 / elastic net with the squared or logistic
-                                # loss: stop at the relative duality gap gap_tol (eps_rel if None); None: on for
+    working_set: bool = None    # working sets (workingset.py) where the loss and penalty have a
+                                # duality gap: stop at the relative duality gap gap_tol (eps_rel if None); None: on for
                                 # numpy / scipy data, off on the GPU (not measured there)
     working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
     checkpoint: str = None      # npz path for checkpoints (None: none)

@@ -38,7 +38,7 @@ from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
-from .gap import column_norms, dual_point, gap_terms, screen
+from .gap import certificate_of, column_norms, dual_point, screen
 from .penalties import _exact
 from .pieces import declared_of, merge, split_keywords
 from .point import Point
@@ -272,11 +272,11 @@ class Problem:
         if self.uses_working_set(settings, engine_penalty):
             return working_set_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest,
                                      warm_start, log_stream)
-        if settings.screening and not settings.checkpoint and gap_terms(shard, engine_penalty) is not None:
+        if settings.screening and not settings.checkpoint and certificate_of(shard, engine_penalty) is not None:
             return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,
                                         warm_start)
         log = admm_log(settings.verbose and comm.rank == 0, stream=log_stream,
-                       gap=gap_terms(shard, engine_penalty) is not None)
+                       gap=certificate_of(shard, engine_penalty) is not None)
         with ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log) as engine:  # closed on any error
             return self._run(engine, settings, threads, start, penalty_object, engine_penalty, options, largest,
                              lam_ratio, warm_start, log)
@@ -314,10 +314,10 @@ class Problem:
         return result
 
     def uses_working_set(self, settings, engine_penalty):
-        """Whether this solve runs the working-set solver: it needs a duality gap (L1 or elastic net, the
-        squared or logistic loss); by default (``working_set=None``) only on numpy / scipy data, as it is not
+        """Whether this solve runs the working-set solver: it needs a duality gap (gap.certificate_of: a loss
+        and a penalty with a dual); by default (``working_set=None``) only on numpy / scipy data, as it is not
         measured on the GPU yet."""
-        if gap_terms(self.shard, engine_penalty) is None or settings.working_set is False:
+        if certificate_of(self.shard, engine_penalty) is None or settings.working_set is False:
             return False
         return settings.working_set or backend.is_numpy(self.xp)
 
@@ -403,8 +403,8 @@ class Problem:
         iterations, solve_time, rounds, budget, screen_time = 0, 0.0, 0, 10, 0.0
         while True:
             target = kept.copy()
-            if not target.any():  # every column screened: keep one (zero at the optimum) to solve on
-                target[0] = True
+            if not target.any():  # every column screened: keep one (its group: zero at the optimum) to solve on
+                target[penalty_object.whole(numpy.array([0]))] = True
             if problem_kept.sum() - target.sum() >= max(1, 0.1 * problem_kept.sum()):
                 tick = time.perf_counter()
                 problem, problem_kept = self._restricted(target), target

@@ -1,8 +1,8 @@
 """Working sets for sparse models across ranks: solve small, certify on everything.
 
 In the manner of Blitz (Johnson and Guestrin 2015), celer (Massias, Gramfort and
-Salmon 2018) and skglm (Bertrand et al. 2022), for the L1 and elastic-net
-penalties with the squared or logistic loss (those with a duality gap, gap.py):
+Salmon 2018) and skglm (Bertrand et al. 2022), for every loss and
+penalty with a duality gap (gap.py: L1, elastic net, group lasso; squared, logistic, Huber):
 
     x = warm start (0 or the previous weight's solution); kept = every column
     repeat:
@@ -53,7 +53,7 @@ from ..core import backend
 from ..core.checkpoint import Checkpointer
 from ..core.signals import SignalFlags, pending
 from .engine import STATUS_OF_STOP as ENGINE_STATUS_OF_STOP
-from .gap import column_norms, dual_point, gap_terms, sphere_test
+from .gap import certificate_of, column_norms, dual_point, sphere_test
 from .losses.squared import SquaredLossShard
 from .point import Point
 from .result import ADMMResult
@@ -186,12 +186,14 @@ def _dense(matrix):
     return matrix.toarray() if hasattr(matrix, "toarray") else matrix
 
 
-def scores(correlation, norms, l1, kept):
-    """celer's priority d_k = (l1 - |a_k^T theta|) / ||a_k|| (smaller: closer to entering the support);
-    +inf for screened columns and for columns that are zero everywhere."""
+def scores(correlation, norms, penalty, kept):
+    """celer's priority d_k = (bound - level) / spread of the penalty's dual levels (L1: (l1 - |a_k^T theta|) /
+    ||a_k||; a group's members share (lam w_g - ||A_g^T theta||) / ||A_g||_F), smaller: closer to entering the
+    support; +inf for screened columns and for columns that are zero everywhere."""
+    level, bound, spread = penalty.dual_levels(correlation, norms)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = (l1 - np.abs(correlation)) / norms
-    d[~kept | (norms == 0)] = np.inf
+        d = (bound - level) / spread
+    d[~kept | (spread == 0)] = np.inf
     return d
 
 
@@ -249,7 +251,7 @@ class WorkingSets:
         self.penalty_object, self.engine_penalty, self.largest = penalty_object, engine_penalty, largest
         self.comm, self.xp, self.shard = comm, xp, shard = problem.comm, problem.xp, problem.shard
         self.features, self.intercept = shard.design.features, problem.intercept
-        self.l1 = gap_terms(shard, engine_penalty)[0]
+        self.dual_penalty = certificate_of(shard, engine_penalty).penalty  # its levels: screening, scores
         self.tol = settings.gap_tol if settings.gap_tol is not None else default_gap_tol(settings)
         if problem._column_norms is None:
             problem._column_norms = column_norms(shard, comm)
@@ -366,7 +368,7 @@ class WorkingSets:
         self.gap, _ = dual_point(self.shard, self.engine_penalty, x, comm, theta_wanted=False, margin=margin)
         self.correlation = np.asarray(backend.to_host(self.gap.correlation), dtype=float)
         if screening:
-            self.kept &= sphere_test(self.shard, self.gap, self.norms, self.l1, comm)
+            self.kept &= sphere_test(self.shard, self.gap, self.norms, self.dual_penalty, comm)
         self.gap_time += time.perf_counter() - tock
         elapsed = time.perf_counter() - self.start
         if self.settings.time_limit:  # one clock for every rank: the limit's decision and the inner settings
@@ -408,9 +410,9 @@ class WorkingSets:
             x[xp.asarray(drop)] = 0.0
             if self.point.u is not None:
                 self.point.u[xp.asarray(drop)] = 0.0
-        d = scores(self.correlation, self.norms, self.l1, kept)
-        chosen = self.comm.bcast(choose(d, support, len(self.columns), self.settings.working_set_size)
-                                 .astype(np.int64), root=0)
+        d = scores(self.correlation, self.norms, self.dual_penalty, kept)
+        chosen = self.comm.bcast(self.dual_penalty.whole(choose(d, support, len(self.columns),
+                                                                self.settings.working_set_size)).astype(np.int64), root=0)
         self.columns = self.cache.ordered(chosen)  # the cached ones first, in the cache's order
         self.batches.append(self.columns)
         self.cache.add(self.columns)

@@ -23,8 +23,51 @@ asks a loss class, registered by name (``register("loss", name)``), for:
 * ``null_intercept(targets, comm, options)``: the intercept that minimizes the
   loss when every coefficient is 0 (for lambda_max with an intercept);
 * ``gradient(x)``: its gradient (for lambda_max and the KKT residual).
+
+A loss with a Fenchel dual (mpiopt.admm.gap: duality gaps, gap-safe screening
+and working sets, with any penalty that bounds its own dual) also provides:
+
+* ``dual_concavity``: mu, the dual's strong concavity (1 for the squared and
+  Huber losses, 4 for the logistic one); None (the default): no dual;
+* ``dual_sums(z, comm, intercept, theta_wanted, margin)``: at z, theta_j =
+  -phi'(a_j^T z) (balanced to sum 0 with an intercept), and the all-reduced
+  host array [A^T theta, f(z), s_1, s_2]; returns (that array, the loss's own
+  state for ``dual_value``, this rank's theta or None);
+* ``dual_value(sums, scale, state, comm)``: -sum_j phi*(-scale theta_j) from
+  the sums (collective when it needs one more all-reduce).
 """
+import numpy as np
+from mpi4py import MPI
+
 from ...core.options import NO_OPTIONS
+
+
+def host_allreduce(comm, values):
+    """Sum a host list or array over the ranks (plain MPI: exact, whatever reducer the z-step uses)."""
+    values = np.array(values, dtype=float)
+    comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+    return values
+
+
+def quadratic_dual_value(sums, scale):
+    """-sum_j phi*(-s theta_j) = s theta^T b - s^2 ||theta||^2 / 2 from sums = [theta^T b, ||theta||^2] (the
+    squared loss, and the Huber loss inside its domain |theta_j| <= delta)."""
+    first, second = float(sums[0]), float(sums[1])
+    return scale * first - 0.5 * scale * scale * second
+
+
+def balance_signs(theta, comm, xp, active):
+    """theta with sum 0 for an intercept, keeping each entry in [0, theta_j]: the larger of the positive and the
+    negative parts' sums is scaled down to the other (one all-reduce of two scalars)."""
+    local = [float(theta[theta > 0].sum()), float(-theta[theta < 0].sum())] if active else [0.0, 0.0]
+    positive, negative = host_allreduce(comm, local)
+    if positive > negative:
+        factors = (negative / positive, 1.0)
+    else:
+        factors = (1.0, positive / negative if negative > 0 else 1.0)
+    if active and factors != (1.0, 1.0):
+        theta = theta * xp.where(theta > 0, factors[0], factors[1])
+    return theta
 
 
 class LossShard:
@@ -68,6 +111,14 @@ class LossShard:
 
     def gradient(self, x):
         raise NotImplementedError
+
+    dual_concavity = None  # mu of the dual (module docstring); None: no dual, no certificate
+
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+        raise NotImplementedError(f"the {self.name} loss has no dual")
+
+    def dual_value(self, sums, scale, state, comm):
+        raise NotImplementedError(f"the {self.name} loss has no dual")
 
     curvature_bound = 1.0  # the loss's second derivative is at most this (1 for squared and Huber, 1/4 logistic)
 

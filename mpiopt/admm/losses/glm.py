@@ -27,7 +27,7 @@ from mpi4py import MPI
 from ...core import backend
 from ...core.options import Option, Options
 from ...core.registry import lookup, options_problem, register, unknown
-from .base import LossShard
+from .base import LossShard, balance_signs, host_allreduce, quadratic_dual_value
 
 
 class GLMLossShard(LossShard):
@@ -263,6 +263,14 @@ def newton_x_step(shard, v, x, tolerance, max_iter=100):
     return x
 
 
+def entropy(p, xp):
+    """sum_j H(p_j) = -sum_j p_j log p_j + (1 - p_j) log(1 - p_j), with 0 log 0 = 0."""
+    safe = xp.where(p > 0, p, 1.0)
+    below = xp.where(p < 1, p, 0.0)
+    terms = xp.where(p > 0, p * xp.log(safe), 0.0) + xp.where(p < 1, (1.0 - p) * xp.log1p(-below), 0.0)
+    return -float(terms.sum())
+
+
 @register("loss", "logistic")
 class LogisticLossShard(GLMLossShard):
     """f_i(x) = sum_j log(1 + exp(-y_j a_j^T x)) with labels y_j in {-1, +1}."""
@@ -289,6 +297,37 @@ class LogisticLossShard(GLMLossShard):
         positive = comm.allreduce(int((targets > 0).sum())) / count
         positive = min(max(positive, 1e-12), 1 - 1e-12)
         return float(np.log(positive / (1 - positive)))
+
+    dual_concavity = 4.0  # -phi*(-theta_j) = H(p_j), the binary entropy of p_j = y_j theta_j: H'' <= -4
+
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+        """(the all-reduced [A^T theta, loss value, sum_j H(p_j), 0], p, theta) at z: theta_j = y_j p_j with
+        p_j = sigmoid(-y_j m_j), balanced over the two label classes with an intercept (which keeps p in [0, 1])."""
+        xp, design, n, active = self.xp, self.design, self.n, self.active
+        p = theta = None
+        if active:
+            if margin is None:
+                margin = design.matvec(z)
+            y = self.targets
+            signed = y * margin
+            p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
+            value = float(xp.logaddexp(0.0, -signed).sum())
+            theta = y * p
+        if intercept:
+            theta = balance_signs(theta, comm, xp, active)
+            p = y * theta if active else None
+        buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
+        if active:
+            buffer[n] = value
+            buffer[:n] = design.rmatvec(theta)
+            buffer[n + 1] = entropy(p, xp)
+        return host_allreduce(comm, backend.to_host(buffer)), p, theta
+
+    def dual_value(self, sums, scale, p, comm):
+        """sum_j H(scale p_j): the sum itself at scale 1, else one more pass and all-reduce of a scalar."""
+        if scale == 1.0:
+            return float(sums[0])
+        return float(host_allreduce(comm, [entropy(scale * p, self.xp) if self.active else 0.0])[0])
 
     def terms(self, margin):
         xp, y = self.xp, self.targets
@@ -322,6 +361,29 @@ class HuberLossShard(GLMLossShard):
     def __init__(self, design, targets, xp, delta=1.0, x_solver="lbfgs", x_solver_options=None):
         super().__init__(design, targets, xp, x_solver, x_solver_options)
         self.delta = float(delta)
+
+    dual_concavity = 1.0  # -phi*(-theta_j) = theta_j b_j - theta_j^2 / 2 on |theta_j| <= delta
+
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+        """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) at z: theta =
+        clip(b - A z, -delta, delta), balanced with an intercept (which keeps it in the box)."""
+        xp, design, n, active = self.xp, self.design, self.n, self.active
+        theta = None
+        if active:
+            value, clipped, _ = self.terms(design.matvec(z) if margin is None else margin)
+            theta = -clipped
+        if intercept:
+            theta = balance_signs(theta, comm, xp, active)
+        buffer = xp.zeros(n + 3)
+        if active:
+            buffer[n] = float(value)
+            buffer[:n] = design.rmatvec(theta)
+            buffer[n + 1] = float(theta @ self.targets)
+            buffer[n + 2] = float(theta @ theta)
+        return host_allreduce(comm, backend.to_host(buffer)), None, theta
+
+    def dual_value(self, sums, scale, state, comm):
+        return quadratic_dual_value(sums, scale)  # scale <= 1 keeps |scale theta_j| <= delta
 
     def terms(self, margin):
         xp, delta = self.xp, self.delta

@@ -25,7 +25,7 @@ the working set's Gram, so the full one is never formed there.
 """
 from ...core import backend
 from ...core.registry import register
-from .base import LossShard
+from .base import LossShard, host_allreduce, quadratic_dual_value
 
 GRAM_LIMIT = 5000
 
@@ -52,6 +52,54 @@ class SquaredLossShard(LossShard):
             self.diagonal = None  # diag(A^T A) for the preconditioner, computed on first use
             self._x = xp.zeros(self.n)
         self.iterative = self.method == "cg"
+
+    dual_concavity = 1.0  # -phi*(-theta) = theta b - theta^2 / 2
+
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+        """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) at z:
+        theta the residual b - A z, centered with an intercept; from the Gram matrix when it is formed and theta
+        is not wanted (theta None then), from A^T b at a point with every coefficient 0."""
+        xp, design, n, active = self.xp, self.design, self.n, self.active
+        from_gram = not theta_wanted and self.method == "cholesky-tall" and self.gram_formed \
+            and margin is None
+        # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
+        from_atb = not from_gram and active and not bool(z[:design.features].any())
+        theta = None
+        if active:
+            if from_gram:
+                correlation_local = self.Atb - self.gram @ z  # A_aug^T r; its last entry is sum(r) with an intercept
+                value = self.value(z)
+                rb = 2.0 * self.half_bb - float(self.Atb @ z)
+                rsum = float(correlation_local[-1]) if intercept else 0.0
+            else:
+                residual = self.b - (design.matvec(z) if margin is None else margin)
+                value = 0.5 * float(residual @ residual)
+                rsum = float(residual.sum())
+        center = 0.0
+        if intercept:  # make sum(theta) = 0 (one allreduce of a few scalars)
+            total, rows = host_allreduce(comm, [rsum if active else 0.0, self.rows])
+            center = float(total) / rows
+        buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
+        if active:
+            buffer[n] = value
+            if from_gram:  # theta = r - center: A^T 1 is G's intercept column, sum(b) the last entry of A^T b
+                buffer[:n] = correlation_local - center * self.gram[:, -1] if intercept else correlation_local
+                sb = float(self.Atb[-1]) if intercept else 0.0
+                buffer[n + 1] = rb - center * sb
+                buffer[n + 2] = 2.0 * value - 2.0 * center * rsum + center * center * self.rows
+            else:
+                theta = residual - center if intercept else residual
+                if from_atb:  # theta = b - (c + center) 1 with c the intercept's value
+                    shift = (float(z[-1]) if design.intercept else 0.0) + (center if intercept else 0.0)
+                    buffer[:n] = self.Atb - shift * design.ones_correlation() if shift else self.Atb
+                else:
+                    buffer[:n] = design.rmatvec(theta)
+                buffer[n + 1] = float(theta @ self.b)
+                buffer[n + 2] = float(theta @ theta)
+        return host_allreduce(comm, backend.to_host(buffer)), None, theta
+
+    def dual_value(self, sums, scale, state, comm):
+        return quadratic_dual_value(sums, scale)
 
     @property
     def gram(self):

@@ -39,7 +39,7 @@ class ADMMSettings(Settings):
                                 # off with a checkpoint); see docs/admm.md "Screening"
     working_set: bool = None    # working sets (workingset.py) where the loss and penalty have a
                                 # duality gap: stop at the relative duality gap gap_tol (eps_rel if None); None: on for
-                                # numpy / scipy data, off on the GPU (not measured there)
+                                # numpy / scipy data where the loss says so (not Huber), off on the GPU
     working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)

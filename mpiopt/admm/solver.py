@@ -316,10 +316,10 @@ class Problem:
     def uses_working_set(self, settings, engine_penalty):
         """Whether this solve runs the working-set solver: it needs a duality gap (gap.certificate_of: a loss
         and a penalty with a dual); by default (``working_set=None``) only on numpy / scipy data, as it is not
-        measured on the GPU yet."""
+        measured on the GPU yet, and only for a loss whose class says so (``working_sets_by_default``)."""
         if certificate_of(self.shard, engine_penalty) is None or settings.working_set is False:
             return False
-        return settings.working_set or backend.is_numpy(self.xp)
+        return settings.working_set or (backend.is_numpy(self.xp) and self.shard.working_sets_by_default)
 
     def on_columns(self, A_columns, gram=None, x_solver=None):
         """This problem restricted to the columns ``A_columns`` (this rank's block, already gathered; the

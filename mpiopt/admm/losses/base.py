@@ -113,6 +113,7 @@ class LossShard:
         raise NotImplementedError
 
     dual_concavity = None  # mu of the dual (module docstring); None: no dual, no certificate
+    working_sets_by_default = True  # with a dual: working sets unless working_set=False (measured per loss)
 
     def dual_sums(self, z, comm, intercept, theta_wanted, margin):
         raise NotImplementedError(f"the {self.name} loss has no dual")

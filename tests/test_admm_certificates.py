@@ -201,7 +201,7 @@ def test_the_solvers_reach_the_reference_optimum_with_a_certificate(comm, case, 
     lam = LAM[loss]
     best, _ = optimum_of(case, True)
     start, stop = shard_bounds(A.shape[0], comm, layout)
-    result = solve(A[start:stop], data(loss)[1][start:stop], loss, name, lam=lam, comm=comm, intercept=True,
+    result = solve(A[start:stop], b[start:stop], loss, name, lam=lam, comm=comm, intercept=True,
                    working_set=working_set, gap_tol=1e-9, eps_abs=1e-10, eps_rel=1e-10, max_iter=20000,
                    **options, **loss_options)
     assert result.gap is not None and result.relative_gap <= 1e-8
@@ -280,3 +280,16 @@ def test_working_sets_are_the_default_where_measured_faster():
     assert solve(A, b, "squared", "group_lasso", lam=16.0, **groups).info.get("working_set") is True
     assert solve(A, b, "huber", "l1", lam=4.0, delta=DELTA).info.get("working_set") is not True
     assert solve(A, b, "huber", "l1", lam=4.0, delta=DELTA, working_set=True).info.get("working_set") is True
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "huber"])
+def test_an_elastic_net_with_l1_ratio_one_is_certified_as_the_lasso(loss):
+    """l1_ratio = 1 leaves no L2 part: the dual point must be scaled into ||A^T theta||_inf <= lam as L1's is
+    (a finite gap, the lasso's), not taken as it is (an infinite conjugate)."""
+    A, b = data(loss)
+    problem = Problem(A, b, loss, MPI.COMM_SELF, loss_options={"delta": DELTA} if loss == "huber" else None)
+    z = np.random.default_rng(4).standard_normal(12)
+    net, _ = dual_point(problem.shard, ElasticNet(3.0, 1.0), z, MPI.COMM_SELF)
+    lasso, _ = dual_point(problem.shard, L1(3.0), z, MPI.COMM_SELF)
+    assert net.scale < 1.0 and math.isfinite(net.gap)
+    assert (net.primal, net.dual, net.gap, net.scale) == (lasso.primal, lasso.dual, lasso.gap, lasso.scale)

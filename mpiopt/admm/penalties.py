@@ -77,6 +77,15 @@ def _exact(value):
             "sha256": hashlib.sha256(array.tobytes()).hexdigest()}
 
 
+def _scale_into(largest, bound):
+    """min(1, bound / largest): the factor that brings a dual norm ``largest`` within ``bound``."""
+    return 1.0 if largest <= bound else bound / largest
+
+
+def _largest(v):
+    return float(np.abs(v).max()) if v.shape[0] else 0.0
+
+
 class Penalty:
     """Base class, and the penalty "none" (g = 0).  ``xp`` is the array module (numpy or CuPy)."""
 
@@ -192,8 +201,7 @@ class L1(Penalty):
         return self.lam * float(self.xp.abs(z).sum())
 
     def dual_scale(self, v):
-        largest = float(np.abs(v).max()) if v.shape[0] else 0.0
-        return 1.0 if largest <= self.lam else self.lam / largest
+        return _scale_into(_largest(v), self.lam)
 
     def dual_levels(self, v, norms):
         return np.abs(v), self.lam, norms
@@ -246,12 +254,15 @@ class ElasticNet(Penalty):
                            + 0.5 * (1.0 - self.l1_ratio) * float(z @ z))
 
     def dual_scale(self, v):
-        return 1.0  # g*(v) = sum_k max(|v_k| - l1, 0)^2 / (2 l2) is finite everywhere
+        """1 with an L2 part (g*(v) = sum_k max(|v_k| - l1, 0)^2 / (2 l2) is finite everywhere); at l1_ratio = 1,
+        the lasso's scaling into ||v||_inf <= l1."""
+        l1, l2 = self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)
+        return 1.0 if l2 > 0 else _scale_into(_largest(v), l1)
 
     def conjugate(self, v):
         l1, l2 = self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)
-        if l2 <= 0:  # l1_ratio = 1: the lasso's indicator, which s = 1 satisfies only inside it
-            return 0.0 if (float(np.abs(v).max()) if v.shape[0] else 0.0) <= l1 else math.inf
+        if l2 <= 0:  # the indicator of ||v||_inf <= l1, where dual_scale has put v
+            return 0.0
         excess = np.maximum(np.abs(v) - l1, 0.0)
         return float(excess @ excess) / (2.0 * l2)
 
@@ -317,8 +328,7 @@ class GroupLasso(Penalty):
                          for index, weight in zip(self.members, self.weights)])
 
     def dual_scale(self, v):
-        largest = float(self._group_levels(v).max()) if self.members else 0.0
-        return 1.0 if largest <= self.lam else self.lam / largest
+        return _scale_into(float(self._group_levels(v).max()) if self.members else 0.0, self.lam)
 
     def dual_levels(self, v, norms):
         level, bound, spread = np.zeros(v.shape[0]), np.zeros(v.shape[0]), np.zeros(v.shape[0])
@@ -330,8 +340,7 @@ class GroupLasso(Penalty):
 
     def whole(self, columns):
         labels = np.unique(self.groups[columns])
-        return np.flatnonzero(np.isin(self.groups, labels[labels >= 0]) | np.isin(np.arange(self.groups.size),
-                                                                                   columns))
+        return np.union1d(columns, np.flatnonzero(np.isin(self.groups, labels[labels >= 0])))
 
     def on_columns(self, columns):
         columns = np.asarray(columns)

@@ -59,6 +59,25 @@ class GLMLossShard(LossShard):
     def terms(self, margin):
         raise NotImplementedError
 
+    # A loss of this family with a dual (its ``dual_concavity`` set) gives ``dual_residual(margin)`` (f_i and
+    # theta = -phi'(margin)), ``dual_terms(theta)`` (its two sums and the state for ``dual_value``) and
+    # ``dual_value``; the dual point's pass and all-reduce are shared here.
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+        """(the all-reduced [A^T theta, loss value, the two sums of ``dual_terms``], its state, theta) at z,
+        theta balanced with an intercept (losses/base.py)."""
+        xp, design, n, active = self.xp, self.design, self.n, self.active
+        theta = state = None
+        if active:
+            value, theta = self.dual_residual(design.matvec(z) if margin is None else margin)
+        if intercept:
+            theta = balance_signs(theta, comm, xp, active)
+        buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
+        if active:
+            buffer[n] = value
+            buffer[:n] = design.rmatvec(theta)
+            (buffer[n + 1], buffer[n + 2]), state = self.dual_terms(theta)
+        return host_allreduce(comm, backend.to_host(buffer)), state, theta
+
     def value(self, x):
         if not self.active:
             return 0.0
@@ -300,28 +319,16 @@ class LogisticLossShard(GLMLossShard):
 
     dual_concavity = 4.0  # -phi*(-theta_j) = H(p_j), the binary entropy of p_j = y_j theta_j: H'' <= -4
 
-    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
-        """(the all-reduced [A^T theta, loss value, sum_j H(p_j), 0], p, theta) at z: theta_j = y_j p_j with
-        p_j = sigmoid(-y_j m_j), balanced over the two label classes with an intercept (which keeps p in [0, 1])."""
-        xp, design, n, active = self.xp, self.design, self.n, self.active
-        p = theta = None
-        if active:
-            if margin is None:
-                margin = design.matvec(z)
-            y = self.targets
-            signed = y * margin
-            p = 0.5 * (1.0 + xp.tanh(-0.5 * signed))  # sigmoid(-y m)
-            value = float(xp.logaddexp(0.0, -signed).sum())
-            theta = y * p
-        if intercept:
-            theta = balance_signs(theta, comm, xp, active)
-            p = y * theta if active else None
-        buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers
-        if active:
-            buffer[n] = value
-            buffer[:n] = design.rmatvec(theta)
-            buffer[n + 1] = entropy(p, xp)
-        return host_allreduce(comm, backend.to_host(buffer)), p, theta
+    def dual_residual(self, margin):
+        """theta_j = y_j p_j with p_j = sigmoid(-y_j m_j) in [0, 1] (balancing keeps it there)."""
+        xp, y = self.xp, self.targets
+        signed = y * margin
+        return float(xp.logaddexp(0.0, -signed).sum()), y * (0.5 * (1.0 + xp.tanh(-0.5 * signed)))
+
+    def dual_terms(self, theta):
+        """(sum_j H(p_j), 0) and p = y theta, the state that a rescaled dual value needs."""
+        p = self.targets * theta
+        return (entropy(p, self.xp), 0.0), p
 
     def dual_value(self, sums, scale, p, comm):
         """sum_j H(scale p_j): the sum itself at scale 1, else one more pass and all-reduce of a scalar."""
@@ -367,23 +374,13 @@ class HuberLossShard(GLMLossShard):
     # slower at 1e-10 (300 x 12, 2 ranks: the inner ADMM's many restarts), until a Newton-type inner solver
     working_sets_by_default = False
 
-    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
-        """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) at z: theta =
-        clip(b - A z, -delta, delta), balanced with an intercept (which keeps it in the box)."""
-        xp, design, n, active = self.xp, self.design, self.n, self.active
-        theta = None
-        if active:
-            value, clipped, _ = self.terms(design.matvec(z) if margin is None else margin)
-            theta = -clipped
-        if intercept:
-            theta = balance_signs(theta, comm, xp, active)
-        buffer = xp.zeros(n + 3)
-        if active:
-            buffer[n] = float(value)
-            buffer[:n] = design.rmatvec(theta)
-            buffer[n + 1] = float(theta @ self.targets)
-            buffer[n + 2] = float(theta @ theta)
-        return host_allreduce(comm, backend.to_host(buffer)), None, theta
+    def dual_residual(self, margin):
+        """theta = clip(b - A z, -delta, delta) (balancing keeps it in the box)."""
+        value, clipped, _ = self.terms(margin)
+        return float(value), -clipped
+
+    def dual_terms(self, theta):
+        return (float(theta @ self.targets), float(theta @ theta)), None
 
     def dual_value(self, sums, scale, state, comm):
         return quadratic_dual_value(sums, scale)  # scale <= 1 keeps |scale theta_j| <= delta

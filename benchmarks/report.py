@@ -475,8 +475,8 @@ def sparse_solver_tables(payload):
     title = {"lasso": "Lasso", "logistic": "L1 logistic regression",
              "path": f"Lasso path ({payload.get('n_lams')} weights, lambda_max to "
                      f"{payload.get('lam_min_ratio')} lambda_max)"}[family]
-    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn (dense designs)",
-                 "logistic": "skglm", "path": "scikit-learn lasso_path (Fortran order)"}[family]
+    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn (dense designs), skglm (sparse)",
+                 "logistic": "the fastest of skglm, celer and scikit-learn", "path": "scikit-learn lasso_path (Fortran order)"}[family]
     lam_text = "" if family == "path" else f", lam = {payload['lam_ratio']} lambda_max"
     lines = [f"{title}: time to a relative objective gap of {payload['target']:g}, {payload['ranks']} ranks (ADMM), "
              f"competitors on rank 0 with {payload['cores']} cores{lam_text}; median of {payload['repeat']}; "

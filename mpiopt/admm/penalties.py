@@ -148,6 +148,11 @@ class Penalty:
         """(level, bound, spread) per column for the sphere test and the working sets (module docstring)."""
         raise NotImplementedError(f"the {self.name} penalty has no dual levels")
 
+    def coordinate_parts(self):
+        """(l1, l2) when the penalty is sum_k l1 |z_k| + l2 z_k^2 / 2 (separable: proximal Newton's coordinate
+        descent, proxnewton.py), else None."""
+        return None
+
     def whole(self, columns):
         """``columns`` (sorted host indices) completed to whole groups: themselves without groups."""
         return columns
@@ -205,6 +210,9 @@ class L1(Penalty):
 
     def dual_levels(self, v, norms):
         return np.abs(v), self.lam, norms
+
+    def coordinate_parts(self):
+        return (self.lam, 0.0) if type(self).prox is L1.prox else None  # a subclass's own prox: not this
 
     def settings(self):
         return {"lam": self.lam}
@@ -268,6 +276,10 @@ class ElasticNet(Penalty):
 
     def dual_levels(self, v, norms):
         return np.abs(v), self.lam * self.l1_ratio, norms
+
+    def coordinate_parts(self):
+        return (self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)) if type(self).prox is ElasticNet.prox \
+            else None
 
     def settings(self):
         return {"lam": self.lam, "l1_ratio": self.l1_ratio}

@@ -10,12 +10,13 @@ from ..core.settings import Settings, is_integer, is_number
 from ..core.threads import threads_problem
 
 ADAPTIVE_RHO = ("none", "osqp", "balance")
+INNER_SOLVERS = ("auto", "admm", "prox_newton")
 
 
 @dataclasses.dataclass(frozen=True)
 class ADMMSettings(Settings):
     label = "ADMM"
-    choices = {"adaptive_rho": ADAPTIVE_RHO, "reducer": lambda: list(REDUCERS)}
+    choices = {"adaptive_rho": ADAPTIVE_RHO, "reducer": lambda: list(REDUCERS), "inner_solver": INNER_SOLVERS}
 
     rho: float = None         # initial penalty parameter; None: from the data scale (mean Hessian diagonal)
     alpha: float = 1.6        # over-relaxation, in (0, 2); 1 means none
@@ -41,6 +42,9 @@ class ADMMSettings(Settings):
                                 # duality gap: stop at the relative duality gap gap_tol (eps_rel if None); None: on for
                                 # numpy / scipy data where the loss says so (not Huber), off on the GPU
     working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
+    inner_solver: str = "auto"  # the working sets' restricted solves: "prox_newton" (proxnewton.py: a loss with
+                                # a Hessian, logistic, and the L1 or elastic-net penalty, numpy data), "admm", or
+                                # "auto": prox_newton where it applies, else admm
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
     blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a
@@ -76,6 +80,8 @@ class ADMMSettings(Settings):
             (isinstance(self.screening, bool), f"screening must be True or False, got {self.screening!r}"),
             (self.working_set is None or isinstance(self.working_set, bool),
              f"working_set must be True, False or None, got {self.working_set!r}"),
+            (self.inner_solver in INNER_SOLVERS,
+             f"inner_solver must be one of {', '.join(INNER_SOLVERS)}, got {self.inner_solver!r}"),
             (integer(self.working_set_size) and self.working_set_size >= 1,
              f"working_set_size must be an integer >= 1, got {self.working_set_size!r}"),
             (self.checkpoint is None or isinstance(self.checkpoint, str),

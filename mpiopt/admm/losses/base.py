@@ -114,6 +114,7 @@ class LossShard:
 
     dual_concavity = None  # mu of the dual (module docstring); None: no dual, no certificate
     working_sets_by_default = True  # with a dual: working sets unless working_set=False (measured per loss)
+    newton_inner = False  # True: phi'' > 0 from ``terms``, and ``margin_value``: proximal Newton on working sets
 
     def dual_sums(self, z, comm, intercept, theta_wanted, margin):
         raise NotImplementedError(f"the {self.name} loss has no dual")

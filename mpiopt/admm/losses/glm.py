@@ -83,6 +83,10 @@ class GLMLossShard(LossShard):
             return 0.0
         return float(self.terms(self.design.matvec(x))[0])
 
+    def margin_value(self, margin):
+        """sum_j phi(margin_j, t_j) alone (a line search's trial)."""
+        return float(self.terms(margin)[0])
+
     def gradient(self, x):
         return self.design.rmatvec(self.terms(self.design.matvec(x))[1])
 
@@ -318,6 +322,10 @@ class LogisticLossShard(GLMLossShard):
         return float(np.log(positive / (1 - positive)))
 
     dual_concavity = 4.0  # -phi*(-theta_j) = H(p_j), the binary entropy of p_j = y_j theta_j: H'' <= -4
+    newton_inner = True   # smooth, phi'' > 0: proximal Newton on working sets (proxnewton.py)
+
+    def margin_value(self, margin):
+        return float(self.xp.logaddexp(0.0, -self.targets * margin).sum())
 
     def dual_residual(self, margin):
         """theta_j = y_j p_j with p_j = sigmoid(-y_j m_j) in [0, 1] (balancing keeps it there)."""
@@ -329,6 +337,21 @@ class LogisticLossShard(GLMLossShard):
         """(sum_j H(p_j), 0) and p = y theta, the state that a rescaled dual value needs."""
         p = self.targets * theta
         return (entropy(p, self.xp), 0.0), p
+
+    def newton_terms(self, margin):
+        """(f, phi', phi'', sum_j H(p_j)) at the margins in one pass with two transcendental functions:
+        with s_j = y_j m_j, l_j = log(1 + exp(-s_j)) and p_j = sigmoid(-s_j), log(1 - p_j) = -l_j and
+        log p_j = -(l_j + s_j), so H(p_j) = l_j + p_j s_j."""
+        xp, y = self.xp, self.targets
+        signed = y * margin
+        losses = xp.logaddexp(0.0, -signed)
+        probability = 0.5 * (1.0 + xp.tanh(-0.5 * signed))
+        value = float(losses.sum())
+        return value, -y * probability, probability * (1.0 - probability), value + float(probability @ signed)
+
+    def dual_value_bound(self, entropy, scale):
+        """A lower bound on sum_j H(scale p_j) from sum_j H(p_j) without a pass: H is concave with H(0) = 0."""
+        return scale * entropy
 
     def dual_value(self, sums, scale, p, comm):
         """sum_j H(scale p_j): the sum itself at scale 1, else one more pass and all-reduce of a scalar."""

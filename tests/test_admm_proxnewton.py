@@ -1,0 +1,137 @@
+"""Proximal Newton on working sets (mpiopt.admm.proxnewton): its coordinate descent against a brute force
+over sign patterns, the choice of inner solver, the logistic elastic net against an independent L-BFGS-B
+solve of the split form, and the same iterates at any rank count."""
+import itertools
+
+import numpy as np
+import pytest
+import scipy.optimize
+from mpi4py import MPI
+
+from conftest import shard_bounds
+from mpiopt.admm import solve
+from mpiopt.admm.proxnewton import penalized_quadratic, violation
+from mpiopt.core import CollectiveError
+from test_admm_workingset import optimal_objective, problem_data
+
+
+def brute_force(H, grad, x, l1, l2, free):
+    """argmin of grad^T (y - x) + (y - x)^T H (y - x) / 2 + l1 |y|_1 + l2 |y|^2 / 2 (the last ``free``
+    coordinates unpenalized) over every sign pattern: on a pattern the problem is a linear system; the
+    minimizer is the best solution whose signs agree with its pattern."""
+    size = len(x)
+    penalized = size - free
+    best, best_value = None, np.inf
+    for signs in itertools.product((-1, 0, 1), repeat=penalized):
+        kept = [k for k in range(penalized) if signs[k] != 0] + list(range(penalized, size))
+        y = np.zeros(size)
+        if kept:
+            sign = np.array([signs[k] if k < penalized else 0 for k in kept], dtype=float)
+            ridge = np.array([l2 if k < penalized else 0.0 for k in kept])
+            system = H[np.ix_(kept, kept)] + np.diag(ridge)
+            rhs = H[kept] @ x - grad[kept] - l1 * sign
+            try:
+                y[kept] = np.linalg.solve(system, rhs)
+            except np.linalg.LinAlgError:
+                continue
+            if np.any(np.sign(y[kept[:len(kept) - free]]) != sign[:len(kept) - free]):
+                continue
+        d = y - x
+        value = grad @ d + 0.5 * d @ H @ d + l1 * np.abs(y[:penalized]).sum() + 0.5 * l2 * y[:penalized] @ y[:penalized]
+        if value < best_value:
+            best, best_value = y, value
+    return best
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("free", [0, 1])
+@pytest.mark.parametrize("l2", [0.0, 0.3])
+def test_coordinate_descent_finds_the_brute_force_minimizer(seed, free, l2):
+    rng = np.random.default_rng(seed)
+    B = rng.standard_normal((9, 5))
+    H = B.T @ B
+    grad, x = rng.standard_normal(5) * 3, rng.standard_normal(5) * (rng.random(5) < 0.5)
+    y, epochs = penalized_quadratic(H, grad, x, 1.0, l2, free, 1e-13)
+    expected = brute_force(H, grad, x, 1.0, l2, free)
+    assert np.abs(y - expected).max() < 1e-9 and epochs >= 1
+    assert violation(y, grad + H @ (y - x), 1.0, l2, free) <= 1e-13
+
+
+def test_coordinate_descent_handles_duplicated_columns():
+    """A singular H (two equal columns): still a minimizer, the violation met; the objective the brute force's."""
+    rng = np.random.default_rng(7)
+    B = rng.standard_normal((8, 4))
+    B[:, 3] = B[:, 1]
+    H, grad, x = B.T @ B, rng.standard_normal(4) * 4, np.zeros(4)
+    y, _ = penalized_quadratic(H, grad, x, 0.5, 0.0, 0, 1e-12)
+
+    def model(v):
+        return grad @ (v - x) + 0.5 * (v - x) @ H @ (v - x) + 0.5 * np.abs(v).sum()
+    singular = scipy.optimize.minimize(lambda w: model(w[:4] - w[4:]), np.ones(8), bounds=[(0, None)] * 8,
+                                       method="L-BFGS-B", options={"ftol": 0, "gtol": 1e-12}).x
+    assert model(y) <= model(singular[:4] - singular[4:]) + 1e-9
+
+
+@pytest.mark.parametrize("loss, penalty, given, expected", [
+    ("logistic", "l1", {}, "prox_newton"),
+    ("logistic", "elastic_net", {"l1_ratio": 0.5}, "prox_newton"),
+    ("logistic", "l1", {"inner_solver": "admm"}, "admm"),
+    ("squared", "l1", {}, "admm"),
+    ("logistic", "group_lasso", {"groups": np.repeat(np.arange(5), 4), "lam": 3.0}, "admm"),
+    ("huber", "l1", {"working_set": True}, "admm"),
+])
+def test_the_inner_solver_is_proximal_newton_where_it_applies(loss, penalty, given, expected):
+    options = dict(given)
+    A, b = problem_data(21, (80, 20), 0.3, "logistic_l1" if loss == "logistic" else "lasso")
+    weight = {"lam": options.pop("lam")} if "lam" in options else {"lam_ratio": 0.3}
+    result = solve(A, b, loss, penalty, comm=MPI.COMM_SELF, **weight, **options)
+    assert result.info["inner_solver"] == expected and result.status == "converged"
+
+
+def test_asking_for_proximal_newton_where_it_does_not_apply_is_a_collective_error():
+    A, b = problem_data(22, (60, 20), 0.0)
+    with pytest.raises(CollectiveError, match="inner_solver='prox_newton' needs"):
+        solve(A, b, "squared", "l1", comm=MPI.COMM_SELF, lam_ratio=0.3, inner_solver="prox_newton")
+    with pytest.raises(CollectiveError, match="inner_solver must be one of"):
+        solve(A, np.sign(b), "logistic", "l1", comm=MPI.COMM_SELF, lam_ratio=0.3, inner_solver="newton")
+
+
+def logistic_elastic_net_optimum(A, b, lam, intercept):
+    """P* of the logistic elastic net (l1_ratio 0.7) by optimal_objective's split form."""
+    return optimal_objective(A, b, "logistic_elastic_net", lam, intercept)
+
+
+@pytest.mark.mpi(min_size=1)
+@pytest.mark.parametrize("layout", ["uneven", "empty"])
+@pytest.mark.parametrize("sparse", [False, True])
+@pytest.mark.parametrize("intercept", [False, True])
+def test_the_logistic_elastic_net_reaches_the_optimum(comm, intercept, sparse, layout):
+    """P(x) - gap <= P* <= P(x) against an independent L-BFGS-B solve, at 1-4 ranks, with an empty shard."""
+    if layout == "empty" and comm.size == 1:
+        pytest.skip("one rank cannot leave a rank empty")
+    A, b = problem_data(23, (150, 30), 0.5, "logistic_l1", sparse)
+    start, stop = shard_bounds(A.shape[0], comm, layout)
+    result = solve(A[start:stop], b[start:stop], "logistic", "elastic_net", comm=comm, lam_ratio=0.1, l1_ratio=0.7,
+                   intercept=intercept, gap_tol=1e-10)
+    assert result.info["inner_solver"] == "prox_newton" and result.status == "converged"
+    optimum = logistic_elastic_net_optimum(A, b, result.info["lam"], intercept)
+    assert result.objective - result.gap <= optimum + 1e-11 * abs(optimum)
+    assert result.objective <= optimum + 2e-10 * abs(optimum)
+
+
+@pytest.mark.many_ranks
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.parametrize("sparse", [False, True])
+def test_proximal_newton_takes_the_same_steps_at_any_rank_count(comm, sparse):
+    """Rank 0's directions and steps from all-reduced sums: the same iterations, working sets and gaps as one
+    process on all the rows, to the sums' rounding."""
+    A, b = problem_data(24, (200, 50), 0.5, "logistic_l1", sparse)
+    start, stop = shard_bounds(A.shape[0], comm, "uneven")
+    settings = dict(lam_ratio=0.05, intercept=True, gap_tol=1e-12)
+    distributed = solve(A[start:stop], b[start:stop], "logistic", "l1", comm=comm, **settings)
+    alone = solve(A, b, "logistic", "l1", comm=MPI.COMM_SELF, **settings)
+    assert distributed.iterations == alone.iterations
+    assert distributed.info["working_set_sizes"] == alone.info["working_set_sizes"]
+    assert np.abs(np.asarray(distributed.x) - np.asarray(alone.x)).max() < 1e-9
+    gaps = [row["relative_gap"] for row in distributed.info["outer"]]
+    assert np.allclose(gaps, [row["relative_gap"] for row in alone.info["outer"]], rtol=1e-6, atol=1e-13)

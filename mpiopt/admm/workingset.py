@@ -4,7 +4,7 @@ In the manner of Blitz (Johnson and Guestrin 2015), celer (Massias, Gramfort and
 Salmon 2018) and skglm (Bertrand et al. 2022), for every loss and
 penalty with a duality gap (gap.py: L1, elastic net, group lasso; squared, logistic, Huber):
 
-    x = warm start (0 or the previous weight's solution); kept = every column
+    x = warm start (the previous weight's solution, else 0 with the best intercept); kept = every column
     repeat:
         gap, theta = dual point at x on ALL columns          (one pass over each shard's rows)
         stop when gap / P(x) <= gap_tol                       (a certificate on the full problem)
@@ -12,9 +12,11 @@ penalty with a duality gap (gap.py: L1, elastic net, group lasso; squared, logis
         score_k = (l1 - |a_k^T theta|) / ||a_k||              (celer's distance to the dual constraint)
         W = support(x) + the best-scored kept columns, |W| = max(p0, min(kept, 2 |support|)),
             and never smaller than the last W                (skglm's size rule, made monotone)
-        solve the problem restricted to W by consensus ADMM, warm-started from (x_W, u_W, rho),
-            to a relative gap 0.3 x the full problem's       (celer's inner tolerance)
-            (logistic: Newton x-steps while |W| <= 500, else the problem's x_solver)
+        solve the problem restricted to W, warm-started from x_W, by
+            proximal Newton (proxnewton.py: the logistic loss with L1 or elastic net; ``inner_solver``)
+                to 1e-3 x the full problem's relative gap (a Newton step costs less than a certificate), or
+            consensus ADMM from (x_W, u_W, rho) to 0.3 x it     (celer's inner tolerance)
+                (logistic: Newton x-steps while |W| <= 500, else the problem's x_solver)
 
 Only the working set's columns are gathered on each rank (Fortran-ordered,
 kept across outer iterations and along a path) and, for the squared loss, only
@@ -295,6 +297,9 @@ class WorkingSets:
                            f"{self.engine_penalty.describe()} on {self.xp.__name__}")
         return "prox_newton" if fits and settings.inner_solver != "admm" else "admm"
 
+    def inner_word(self):
+        return "Newton" if self.inner == "prox_newton" else "ADMM"
+
     def banner(self):
         problem, settings, shard = self.problem, self.settings, self.shard
         self.log.banner(f"mpiopt {__version__}: consensus ADMM on working sets", [
@@ -307,7 +312,7 @@ class WorkingSets:
             f"{'proximal Newton' if self.inner == 'prox_newton' else 'ADMM'} to {INNER_FRACTION} x the gap; "
             f"gap-safe screening at each check",
             f"stopping: relative duality gap <= {self.tol:.1e} on all {self.features} columns, "
-            f"max_iter = {settings.max_iter} ADMM iterations",
+            f"max_iter = {settings.max_iter} {self.inner_word()} iterations",
             f"setup:    {self.setup_time:.3f} s"])
 
     def start_or_resume(self):
@@ -556,14 +561,15 @@ class WorkingSets:
 
     def footer(self, result, kkt):
         gap, t = self.gap, result.timings
-        return [f"status:      {result.status} after {self.outer} outer and {self.iterations} ADMM iterations",
+        return [f"status:      {result.status} after {self.outer} outer and {self.iterations} {self.inner_word()} "
+                f"iterations",
                 f"objective:   {gap.primal:.12e}",
                 f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {kkt:.3e}",
                 f"certificate: duality gap {gap.gap:.3e} (relative {gap.relative:.3e}), "
                 f"dual objective {gap.dual:.12e}",
                 f"nonzeros:    {result.info['nonzeros']} of {self.shard.n}; screened {result.info['screened']}",
                 f"time:        {self.total:.3f} s (setup {self.setup_time:.3f}, gather {self.gather_time:.3f}, "
-                f"ADMM {t['solve']:.3f}, gaps {t['gap']:.3f})"
+                f"{self.inner_word()} {t['solve']:.3f}, gaps {t['gap']:.3f})"
                 + (f"; this run's, resumed at iteration {self.resumed_at}" if self.resumed else "")]
 
 

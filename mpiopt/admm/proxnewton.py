@@ -6,22 +6,23 @@ over the ranks.  On the restricted problem  P(x) = sum_j phi(a_j^T x) + g(x),  x
 coefficients (and the intercept, unpenalized), g = sum_k l1 |x_k| + l2 x_k^2 / 2 (the L1 and elastic-net
 penalties: ``coordinate_parts``):
 
-    margin = A x on each rank, kept from step to step
+    margin = A x on each rank
     repeat:
-        gap of the restricted problem at x, estimated from the sums below (confirmed by gap.dual_point when
-                small): stop when gap / P <= tol
-        on each rank: phi'(margin), phi''(margin)
-        one all-reduce: H = A^T diag(phi'') A, grad = A^T phi', f(x)       (k^2 + k + 1 numbers)
+        one pass: phi'(margin), phi''(margin), f(x) and the dual's sum (``newton_terms``)
+        one all-reduce: grad = A^T phi', f(x), the dual's sum                (k + 2 numbers)
+        stop (rank 0's word, broadcast) when the estimated restricted gap / P <= tol, confirmed by
+                gap.dual_point (the restricted problem's exact certificate)
+        one all-reduce: H = A^T diag(phi'') A                                 (k^2 numbers)
         rank 0: d = argmin_d grad^T d + d^T H d / 2 + g(x + d)            (coordinate descent on H, no pass
-                over the rows, to eta x the violation at x), broadcast with rank 0's stop decision
-        on each rank: q = A d                                              (one pass)
-        line search (Armijo): P(x + t d) <= P(x) + 1e-4 t Delta, Delta = grad^T d + g(x + d) - g(x) < 0,
-                t = 1, 1/2, 1/4, 1/8 from one pass and one all-reduce of 4 numbers (rank 0 picks t)
-        x += t d, margin += t q
+                over the rows, to eta x the violation at x), broadcast with Delta
+        line search (Armijo): P(x + t d) <= P(x) + 1e-4 t Delta, Delta = grad^T d + g(x + d) - g(x) < 0:
+                t = 1 (its pass computes every term, reused by the next iteration), then 1/2 .. 1/16, then
+                1/32 .. 1/256, one all-reduce per group (rank 0 picks t); deep in Newton's region the full step
+        x += t d, margin += t A d
 
 Cost of one iteration on rank i (m_i rows, k = |W| + intercept columns): 2 m_i k^2 flops for H (one
-symmetric BLAS product), 4 m_i k for the gradient, A d and the gap's A^T theta, one all-reduce of
-k^2 + k + 1 doubles, a broadcast of k + 1, and a few all-reduces of scalars; on rank 0 the coordinate
+symmetric BLAS product), 4 m_i k for the gradient and A d, all-reduces of k^2 and k + 2 doubles, a
+broadcast of k + 1, and a few all-reduces of scalars; on rank 0 the coordinate
 descent, O(k^2) per epoch.  Near the answer Newton converges quadratically, so a handful of iterations
 reach any tolerance where an ADMM inner solve takes tens, each an inexact Newton x-step of its own.
 

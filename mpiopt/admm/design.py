@@ -18,8 +18,10 @@ def is_sparse(A):
 class Design:
     """A_i, or [A_i, 1] when ``intercept``; ``n`` counts the intercept."""
 
-    def __init__(self, A, intercept, xp):
+    def __init__(self, A, intercept, xp, column_squares=None):
+        """``column_squares``: ||a_k||^2 of A's columns when already known (validation computed them)."""
         self.A, self.intercept, self.xp = A, bool(intercept), xp
+        self._column_squares = column_squares
         self.sparse = is_sparse(A)
         self.rows, self.features = A.shape
         self.n = self.features + int(self.intercept)
@@ -91,12 +93,16 @@ class Design:
         return self._ones_correlation
 
     def column_squares(self):
-        """||a_k||^2 of each column of A (no intercept), in one pass without an m x n temporary."""
-        A, xp = self.A, self.xp
-        if self.sparse:
-            return np.bincount(A.indices, weights=A.data * A.data, minlength=self.features) if A.format == "csr" \
-                else np.asarray(A.multiply(A).sum(axis=0)).ravel()
-        return xp.einsum("ij,ij->j", A, A)
+        """||a_k||^2 of each column of A (no intercept), in one pass without an m x n temporary; computed once."""
+        if self._column_squares is None:
+            A, xp = self.A, self.xp
+            if self.sparse:
+                squares = np.bincount(A.indices, weights=A.data * A.data, minlength=self.features) \
+                    if A.format == "csr" else np.asarray(A.multiply(A).sum(axis=0)).ravel()
+            else:
+                squares = xp.einsum("ij,ij->j", A, A)
+            self._column_squares = squares
+        return self._column_squares
 
     def columns(self, index):
         """The columns ``index`` (a host integer array) of A, copied: Fortran-ordered when dense (a working

@@ -84,9 +84,14 @@ def certificate_of(loss, penalty):
     return Certificate(penalty, intercept)
 
 
-def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
+def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None, dual_margin=None):
     """(Gap, theta) at the consensus point z; theta is this rank's rows of the dual point, None on a rank
     without rows (collective).
+
+    ``dual_margin``: the margins A_aug z' of another point z', whose residual makes the dual point (P is
+    still taken at z): the working sets' proximal Newton passes z' = z + its next direction, about as far
+    from the optimum as the square of z's distance, so that the gap tracks P(z) - P* (issue 23) where the
+    dual point of z's own residual gives a gap of the order of its square root.
 
     With ``theta_wanted=False`` a tall squared shard (which keeps its Gram matrix G = A^T A) works from G
     alone, O(n^2) instead of a pass over its rows: A^T r = A^T b - G z, r^T b = b^T b - (A^T b)^T z and
@@ -100,11 +105,11 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None):
     # last one was certified, so they are kept for that point (O(n) to recognise it) and reused
     cached = getattr(loss, "_dual_sums", None)
     theta = None
-    if not theta_wanted and cached is not None and cached[0] == intercept and cached[1].shape == z.shape \
-            and bool((cached[1] == z).all()):
+    if not theta_wanted and dual_margin is None and cached is not None and cached[0] == intercept \
+            and cached[1].shape == z.shape and bool((cached[1] == z).all()):
         host, state = cached[2].copy(), cached[3]
     else:
-        host, state, theta = loss.dual_sums(z, comm, intercept, theta_wanted, margin)
+        host, state, theta = loss.dual_sums(z, comm, intercept, theta_wanted, margin, dual_margin)
         if not theta_wanted:
             loss._dual_sums = (intercept, z.copy(), host.copy(), state)
     return _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta)

@@ -54,8 +54,11 @@ def _values(array):
     return array.data if is_sparse(array) else array
 
 
-def data_problem(A, b, xp, b_name="b_local"):
-    """This rank's first problem with its shard, or None."""
+def data_problem(A, b, xp, b_name="b_local", found=None):
+    """This rank's first problem with its shard, or None.  A's finiteness is checked through its column
+    squares (one pass: an inf or NaN entry makes its column's sum non-finite; an overflowing square is told
+    apart by the exact check), which are kept in ``found["column_squares"]`` (a dict, when given) for the
+    column norms of screening and working sets and the default rho, so validation and the norms share a pass."""
     def dtype_ok(array):
         return numpy.issubdtype(array.dtype, numpy.floating)
 
@@ -71,9 +74,23 @@ def data_problem(A, b, xp, b_name="b_local"):
         (lambda: A.shape[1] >= 1, "A_local has no columns"),
         (lambda: dtype_ok(A), lambda: dtype_message("A_local", A)),
         (lambda: dtype_ok(b), lambda: dtype_message(b_name, b)),
-        (lambda: backend.all_finite(_values(A)), lambda: backend.finite_message("A_local", _values(A))),
+        (lambda: _finite_columns(A, xp, found), lambda: backend.finite_message("A_local", _values(A))),
         (lambda: backend.all_finite(b), lambda: backend.finite_message(b_name, b)),
     ])
+
+
+def _finite_columns(A, xp, found):
+    """Whether every entry of A is finite, from its column squares (kept in ``found`` when they are those of
+    the float64 copy the Problem keeps), else from backend.all_finite (an overflowing square of a finite
+    entry, or no float data)."""
+    if not numpy.issubdtype(A.dtype, numpy.floating):
+        return backend.all_finite(_values(A))
+    squares = Design(A, False, xp).column_squares()
+    with numpy.errstate(over="ignore", invalid="ignore"):
+        finite = bool(xp.isfinite(squares).all())
+    if finite and found is not None and A.dtype == numpy.float64:
+        found["column_squares"] = squares
+    return finite or backend.all_finite(_values(A))
 
 
 def penalty_problem(penalty, lam, options, lam_ratio, n_features, merging=None):
@@ -178,7 +195,8 @@ class Problem:
             problem = declared_of("loss", loss).problem(given, f"loss {loss!r}")
         self.loss_options = {**declared_of("loss", loss).defaults(), **given} if kind is not None and not problem \
             else given
-        problem = problem or data_problem(A_local, b_local, xp, kind.target_name)
+        found = {}
+        problem = problem or data_problem(A_local, b_local, xp, kind.target_name, found)
         problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
         check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept),
                                            **{name: value for name, value in self.loss_options.items()
@@ -187,10 +205,10 @@ class Problem:
                                            "blas_threads": blas_threads})
         self.blas_threads = blas_threads
         with blas_threads_for(plan_blas_threads(blas_threads, comm)), backend.device_of(A_local):
-            self._setup(A_local, b_local, kind, intercept, xp)
+            self._setup(A_local, b_local, kind, intercept, xp, found.get("column_squares"))
         self.setup_time = time.perf_counter() - start
 
-    def _setup(self, A_local, b_local, kind, intercept, xp):
+    def _setup(self, A_local, b_local, kind, intercept, xp, column_squares=None):
         """Copy the shard, build the loss shard (the Gram matrix or factorization), check that some rank has rows."""
         comm = self.comm
         if is_sparse(A_local):
@@ -199,7 +217,7 @@ class Problem:
             A = xp.ascontiguousarray(A_local, dtype=xp.float64)
         b = kind.prepare_targets(xp.ascontiguousarray(b_local, dtype=xp.float64), xp)
         self.loss, self.intercept, self.b = kind.name, bool(intercept), b
-        self.shard = kind(Design(A, intercept, xp), b, xp, **self.loss_options)
+        self.shard = kind(Design(A, intercept, xp, column_squares), b, xp, **self.loss_options)
         shards = comm.allgather((self.shard.rows, self.shard.kind))
         self.total_rows = sum(rows for rows, _ in shards)
         self.kinds = [shard_kind for _, shard_kind in shards]

@@ -29,10 +29,11 @@ and working sets, with any penalty that bounds its own dual) also provides:
 
 * ``dual_concavity``: mu, the dual's strong concavity (1 for the squared and
   Huber losses, 4 for the logistic one); None (the default): no dual;
-* ``dual_sums(z, comm, intercept, theta_wanted, margin)``: at z, theta_j =
-  -phi'(a_j^T z) (balanced to sum 0 with an intercept), and the all-reduced
-  host array [A^T theta, f(z), s_1, s_2]; returns (that array, the loss's own
-  state for ``dual_value``, this rank's theta or None);
+* ``dual_sums(z, comm, intercept, theta_wanted, margin, dual_margin)``: at z,
+  theta_j = -phi'(a_j^T z) (balanced to sum 0 with an intercept; with
+  ``dual_margin``, the margins of another point, -phi' there), and the
+  all-reduced host array [A^T theta, f(z), s_1, s_2]; returns (that array, the
+  loss's own state for ``dual_value``, this rank's theta or None);
 * ``dual_value(sums, scale, state, comm)``: -sum_j phi*(-scale theta_j) from
   the sums (collective when it needs one more all-reduce).
 """
@@ -116,7 +117,7 @@ class LossShard:
     working_sets_by_default = True  # with a dual: working sets unless working_set=False (measured per loss)
     newton_inner = False  # True: phi'' > 0 from ``terms``, and ``margin_value``: proximal Newton on working sets
 
-    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin, dual_margin=None):
         raise NotImplementedError(f"the {self.name} loss has no dual")
 
     def dual_value(self, sums, scale, state, comm):

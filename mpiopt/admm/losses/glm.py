@@ -62,13 +62,16 @@ class GLMLossShard(LossShard):
     # A loss of this family with a dual (its ``dual_concavity`` set) gives ``dual_residual(margin)`` (f_i and
     # theta = -phi'(margin)), ``dual_terms(theta)`` (its two sums and the state for ``dual_value``) and
     # ``dual_value``; the dual point's pass and all-reduce are shared here.
-    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin, dual_margin=None):
         """(the all-reduced [A^T theta, loss value, the two sums of ``dual_terms``], its state, theta) at z,
-        theta balanced with an intercept (losses/base.py)."""
+        theta balanced with an intercept (losses/base.py); theta from ``dual_margin`` when given."""
         xp, design, n, active = self.xp, self.design, self.n, self.active
         theta = state = None
         if active:
-            value, theta = self.dual_residual(design.matvec(z) if margin is None else margin)
+            margin = design.matvec(z) if margin is None else margin
+            value, theta = self.dual_residual(margin)
+            if dual_margin is not None:
+                theta = self.dual_residual(dual_margin)[1]
         if intercept:
             theta = balance_signs(theta, comm, xp, active)
         buffer = xp.zeros(n + 3)  # A^T theta and the scalar sums: one allreduce of n + 3 numbers

@@ -55,15 +55,15 @@ class SquaredLossShard(LossShard):
 
     dual_concavity = 1.0  # -phi*(-theta) = theta b - theta^2 / 2
 
-    def dual_sums(self, z, comm, intercept, theta_wanted, margin):
+    def dual_sums(self, z, comm, intercept, theta_wanted, margin, dual_margin=None):
         """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) at z:
         theta the residual b - A z, centered with an intercept; from the Gram matrix when it is formed and theta
         is not wanted (theta None then), from A^T b at a point with every coefficient 0."""
         xp, design, n, active = self.xp, self.design, self.n, self.active
         from_gram = not theta_wanted and self.method == "cholesky-tall" and self.gram_formed \
-            and margin is None
+            and margin is None and dual_margin is None
         # at a point with every coefficient 0 (a path's start), A_aug^T r comes from A^T b: no pass over the rows
-        from_atb = not from_gram and active and not bool(z[:design.features].any())
+        from_atb = not from_gram and active and not bool(z[:design.features].any()) and dual_margin is None
         theta = None
         if active:
             if from_gram:
@@ -74,6 +74,8 @@ class SquaredLossShard(LossShard):
             else:
                 residual = self.b - (design.matvec(z) if margin is None else margin)
                 value = 0.5 * float(residual @ residual)
+                if dual_margin is not None:  # theta from another point's residual; f(z) from z's
+                    residual = self.b - dual_margin
                 rsum = float(residual.sum())
         center = 0.0
         if intercept:  # make sum(theta) = 0 (one allreduce of a few scalars)

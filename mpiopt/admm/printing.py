@@ -55,3 +55,49 @@ def footer_lines(result):
     else:
         lines.append(f"solve time:  none (resumed at iteration {result.iterations}, nothing left to do)")
     return lines
+
+
+# -- the working sets' log (workingset.py): a row per outer iteration ---------------------------------------
+WORKING_SET_COLUMNS = (("outer", "5d"), ("|W|", "6d"), ("screened", "8d"), ("iter", "7d"), ("objective", "14.8e"),
+                       ("gap", "10.3e"), ("rel_gap", "10.3e"), ("time(s)", "9.3f"))
+
+
+def working_set_log(enabled, stream=None):
+    """The working sets' log: a row per certificate (outer iteration)."""
+    return IterationLog(enabled, WORKING_SET_COLUMNS, stream=stream)
+
+
+def inner_word(inner):
+    """What the inner iterations are called: "Newton" (proximal Newton) or "ADMM"."""
+    return "Newton" if inner == "prox_newton" else "ADMM"
+
+
+def working_set_banner_lines(problem, settings, penalty, largest, threads, inner, fraction, tol, setup_time):
+    """The lines between the title and the table: the problem, the threads, the working sets, the stop."""
+    return [
+        f"problem:  {problem.loss} loss + {penalty.describe()}",
+        f"          rows m = {problem.total_rows}, variables n = {problem.shard.n}"
+        + (" (with intercept)" if problem.intercept else "") + f", ranks = {problem.comm.size}"
+        + (f", lambda_max = {largest:.4e}" if largest else ""),
+        f"threads:  {threads.describe()}",
+        f"working sets: first size {settings.working_set_size}, then max(that, 2 x support); inner "
+        f"{'proximal Newton' if inner == 'prox_newton' else 'ADMM'} to {fraction} x the gap; "
+        f"gap-safe screening at each check",
+        f"stopping: relative duality gap <= {tol:.1e} on all {problem.shard.design.features} columns, "
+        f"max_iter = {settings.max_iter} {inner_word(inner)} iterations",
+        f"setup:    {setup_time:.3f} s"]
+
+
+def working_set_footer_lines(result, n, inner, setup_time, resumed_at=None):
+    """The footer from the working sets' ADMMResult; ``resumed_at``: the iteration a resumed run started at."""
+    info, t, word = result.info, result.timings, inner_word(inner)
+    return [f"status:      {result.status} after {info['outer_iterations']} outer and {result.iterations} {word} "
+            f"iterations",
+            f"objective:   {result.objective:.12e}",
+            f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {info['kkt_residual']:.3e}",
+            f"certificate: duality gap {result.gap:.3e} (relative {result.relative_gap:.3e}), "
+            f"dual objective {info['dual_objective']:.12e}",
+            f"nonzeros:    {info['nonzeros']} of {n}; screened {info['screened']}",
+            f"time:        {t['total']:.3f} s (setup {setup_time:.3f}, gather {t['gather']:.3f}, "
+            f"{word} {t['solve']:.3f}, gaps {t['gap']:.3f})"
+            + (f"; this run's, resumed at iteration {resumed_at}" if resumed_at is not None else "")]

@@ -177,9 +177,13 @@ class Problem:
     """
 
     def __init__(self, A_local, b_local, loss="squared", comm=None, *, intercept=False, loss_options=None,
-                 blas_threads=None, **keywords):
+                 blas_threads=None, validate=True, **keywords):
         """``loss_options`` (a dict) and ``keywords`` (``delta=0.5``, ``x_solver="newton"``) are the options
-        that ``loss`` declares; a keyword that only another loss declares is left out (see pieces.py)."""
+        that ``loss`` declares; a keyword that only another loss declares is left out (see pieces.py).
+
+        ``validate=False``: A_local and b_local are taken as they are (float64, in their layout, not checked
+        or copied): columns of a validated Problem's data (:meth:`on_columns`, screening's restricted
+        problems); the options are still checked."""
         start = time.perf_counter()
         self.comm = comm = resolve_comm(comm)
         self.xp = xp = backend.get_array_module(A_local, b_local)
@@ -196,32 +200,42 @@ class Problem:
         self.loss_options = {**declared_of("loss", loss).defaults(), **given} if kind is not None and not problem \
             else given
         found = {}
-        problem = problem or data_problem(A_local, b_local, xp, kind.target_name, found)
-        problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
-        check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept),
-                                           **{name: value for name, value in self.loss_options.items()
-                                              if _agreeable(value)},
-                                           "n": self.n_features if problem is None else None,
-                                           "blas_threads": blas_threads})
+        if validate:
+            problem = problem or data_problem(A_local, b_local, xp, kind.target_name, found)
+            problem = problem or kind.check(b_local, self.loss_options) or threads_problem(blas_threads)
+            check_collectively(comm, problem, {"loss": loss, "intercept": bool(intercept),
+                                               **{name: value for name, value in self.loss_options.items()
+                                                  if _agreeable(value)},
+                                               "n": self.n_features if problem is None else None,
+                                               "blas_threads": blas_threads})
+        elif problem:  # an option of the restricted problem's own (another x_solver): its caller's mistake
+            raise ValueError(problem)
         self.blas_threads = blas_threads
-        with blas_threads_for(plan_blas_threads(blas_threads, comm)), backend.device_of(A_local):
-            self._setup(A_local, b_local, kind, intercept, xp, found.get("column_squares"))
+        with blas_threads_for(plan_blas_threads(blas_threads, comm) if validate else plan_blas_threads(0)), \
+                backend.device_of(A_local):
+            self._setup(A_local, b_local, kind, intercept, xp, found.get("column_squares"), copy=validate)
         self.setup_time = time.perf_counter() - start
 
-    def _setup(self, A_local, b_local, kind, intercept, xp, column_squares=None):
-        """Copy the shard, build the loss shard (the Gram matrix or factorization), check that some rank has rows."""
+    def _setup(self, A_local, b_local, kind, intercept, xp, column_squares=None, copy=True):
+        """Copy the shard (``copy``), build the loss shard (the Gram matrix or factorization), check that some
+        rank has rows."""
         comm = self.comm
-        if is_sparse(A_local):
+        if not copy:
+            A, b = A_local, b_local
+        elif is_sparse(A_local):
             A = A_local.astype(numpy.float64)
         else:
             A = xp.ascontiguousarray(A_local, dtype=xp.float64)
-        b = kind.prepare_targets(xp.ascontiguousarray(b_local, dtype=xp.float64), xp)
+        if copy:
+            b = kind.prepare_targets(xp.ascontiguousarray(b_local, dtype=xp.float64), xp)
         self.loss, self.intercept, self.b = kind.name, bool(intercept), b
         self.shard = kind(Design(A, intercept, xp, column_squares), b, xp, **self.loss_options)
         shards = comm.allgather((self.shard.rows, self.shard.kind))
         self.total_rows = sum(rows for rows, _ in shards)
         self.kinds = [shard_kind for _, shard_kind in shards]
-        check_collectively(comm, "no rank holds any rows of A" if self.total_rows == 0 and comm.rank == 0 else None)
+        if copy:  # a restricted problem's rows are its validated parent's
+            check_collectively(comm, "no rank holds any rows of A" if self.total_rows == 0 and comm.rank == 0
+                               else None)
         self._data = (A_local, b_local)  # for the checksum of a checkpoint, computed only when asked
         self._lambda_max = {}
         self._column_norms = None
@@ -272,10 +286,19 @@ class Problem:
              "lam": given.get("lam", lam), "lam_ratio": lam_ratio}, **settings)
         options = {**declared_of("penalty", penalty).defaults(), "lam": lam, **given}
         threads = plan_blas_threads(settings_object.blas_threads, comm)
+        warm = None if warm_start is None else Point.of(warm_start, self.xp, self.shard.n)
         with blas_threads_for(threads), backend.device_of(self._data[0]):  # the GPU holding the data, if any
-            return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm_start, log_stream)
+            return self._solve(settings_object, threads, start, penalty, options, lam_ratio, warm, log_stream)
 
-    def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm_start, log_stream=None):
+    def solve_with(self, settings, penalty, warm, threads):
+        """One solve of ``penalty`` (a Penalty on this problem's columns) with ``settings`` (an ADMMSettings
+        made by ``dataclasses.replace`` from one already checked on every rank) from the Point ``warm`` (or
+        None), under the BLAS threads ``threads`` already in force: the restricted solves of screening and
+        working sets, without :meth:`solve`'s argument checks (collectives) and set-up."""
+        return self._solve(settings, threads, time.perf_counter(), penalty, {"lam": None}, None, warm)
+
+    def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm, log_stream=None):
+        """The solve of :meth:`solve` from its checked arguments; ``warm``: the warm start's Point or None."""
         comm, xp, shard = self.comm, self.xp, self.shard
         if isinstance(penalty, penalty_classes.Penalty):
             penalty_object, largest = penalty, None
@@ -289,25 +312,26 @@ class Problem:
         engine_penalty = penalty_object.leaving_free(1) if self.intercept else penalty_object
         if self.uses_working_set(settings, engine_penalty):
             return working_set_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest,
-                                     warm_start, log_stream)
+                                     warm, log_stream)
         if settings.screening and not settings.checkpoint and certificate_of(shard, engine_penalty) is not None:
-            return self._screened_solve(settings, start, penalty_object, engine_penalty, options, largest,
-                                        warm_start)
+            return self._screened_solve(settings, threads, start, penalty_object, engine_penalty, options, largest,
+                                        warm)
         log = admm_log(settings.verbose and comm.rank == 0, stream=log_stream,
                        gap=certificate_of(shard, engine_penalty) is not None)
         with ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log) as engine:  # closed on any error
             return self._run(engine, settings, threads, start, penalty_object, engine_penalty, options, largest,
-                             lam_ratio, warm_start, log)
+                             lam_ratio, warm, log)
 
     def _run(self, engine, settings, threads, start, penalty_object, engine_penalty, options, largest, lam_ratio,
-             warm_start, log):
-        """The full solver: the engine warm-started or resumed, the banner, the iterations, the footer."""
+             warm, log):
+        """The full solver: the engine warm-started (``warm``, a Point) or resumed, the banner, the iterations,
+        the footer."""
         comm, xp, shard = self.comm, self.xp, self.shard
-        if warm_start is not None:
-            engine.warm_start(warm_start.x, warm_start.u, warm_start.info.get("rho_final"))
+        if warm is not None:
+            engine.warm_start(warm.x, warm.u, warm.rho)
         resumed = engine.use_checkpoint(settings.checkpoint, self.fingerprint(engine_penalty)) \
             if settings.checkpoint else False
-        setup_time = time.perf_counter() - start + (self.setup_time if warm_start is None else 0.0)
+        setup_time = time.perf_counter() - start + (self.setup_time if warm is None else 0.0)
 
         kinds, lam_value = self.kinds, options["lam"]
         info = {
@@ -341,40 +365,25 @@ class Problem:
 
     def on_columns(self, A_columns, gram=None, x_solver=None):
         """This problem restricted to the columns ``A_columns`` (this rank's block, already gathered; the
-        intercept kept), without validating again; ``gram``: their Gram matrix (with the intercept's row),
-        when the caller has it (a working set grows it incrementally); ``x_solver``: the iterative losses'
-        x-step solver there (None: this problem's)."""
-        sub = Problem.__new__(Problem)
-        sub.comm, sub.xp, sub.blas_threads = self.comm, self.xp, self.blas_threads
-        sub.n_features = A_columns.shape[1]
-        sub.loss_options = dict(self.loss_options)
+        intercept kept), built without validating or copying again; ``gram``: their Gram matrix (with the
+        intercept's row), when the caller has it (a working set grows it incrementally); ``x_solver``: the
+        iterative losses' x-step solver there (None: this problem's)."""
+        loss_options = dict(self.loss_options)
         if x_solver and x_solver != self.x_solver:  # another x-solver: with its own defaults
-            sub.loss_options.update(x_solver=x_solver, x_solver_options=None)
-        sub.loss, sub.intercept, sub.b = self.loss, self.intercept, self.b
-        kind = lookup("loss", self.loss)
-        sub.shard = kind(Design(A_columns, self.intercept, self.xp), self.b, self.xp, **sub.loss_options)
+            loss_options.update(x_solver=x_solver, x_solver_options=None)
+        sub = Problem(A_columns, self.b, self.loss, self.comm, intercept=self.intercept, loss_options=loss_options,
+                      blas_threads=self.blas_threads, validate=False)
         if gram is not None and getattr(sub.shard, "method", None) == "cholesky-tall":
             sub.shard._gram = gram
-        sub.total_rows = self.total_rows
-        sub.kinds = self.comm.allgather(sub.shard.kind)
-        sub._data = (A_columns, self.b)
-        sub._lambda_max, sub._column_norms, sub._column_cache = {}, None, None
-        sub.setup_time = 0.0
         return sub
 
     def _restricted(self, kept):
         """This problem on the kept columns (a host boolean mask over the penalized columns), or itself."""
         if kept.all():
             return self
-        columns = numpy.flatnonzero(kept)
-        A = self.shard.design.A
-        A_kept = A[:, columns] if is_sparse(A) else A[:, self.xp.asarray(columns)]
-        if is_sparse(A_kept) and A.format == "csr":
-            A_kept = A_kept.tocsr()
-        return Problem(A_kept, self.b, self.loss, self.comm, intercept=self.intercept, loss_options=self.loss_options,
-                       blas_threads=self.blas_threads)
+        return self.on_columns(self.shard.design.columns(numpy.flatnonzero(kept)))
 
-    def _screened_solve(self, settings, start, penalty_object, engine_penalty, options, largest, warm_start):
+    def _screened_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest, warm):
         """Dynamic gap-safe screening (gap.screen): screen at the starting point (the warm start, else 0),
         then solve in rounds of 10, 20, 40, ... iterations, screening at the end of each round; whenever
         the columns proven zero reach 10% of those still in the problem, the problem is rebuilt on the
@@ -384,11 +393,12 @@ class Problem:
         comm, xp, shard = self.comm, self.xp, self.shard
         if self._column_norms is None:
             self._column_norms = column_norms(shard, comm)
-        point = Point.of(warm_start, xp, shard.n)
+        point = Point.of(warm, xp, shard.n)
         tick = time.perf_counter()
         kept, _ = screen(shard, engine_penalty, point.x, comm, self._column_norms)
         screen_time = time.perf_counter() - tick
-        result, kept, counts = self._screening_rounds(settings, penalty_object, engine_penalty, point, kept)
+        result, kept, counts = self._screening_rounds(settings, threads, penalty_object, engine_penalty, point,
+                                                      kept)
         iterations, solve_time, rounds, rebuild_time = counts
         tick = time.perf_counter()
         gap, _ = dual_point(shard, engine_penalty, point.x, comm, theta_wanted=False)  # certificate: full problem
@@ -410,13 +420,11 @@ class Problem:
                               total=setup + solve_time + screen_time)
         return result
 
-    def _screening_rounds(self, settings, penalty_object, engine_penalty, point, kept):
+    def _screening_rounds(self, settings, threads, penalty_object, engine_penalty, point, kept):
         """The rounds of :meth:`_screened_solve` from ``point`` (updated in place) with the columns ``kept``;
         returns (the last round's ADMMResult, the columns kept, (iterations, seconds solving, rounds,
         seconds rebuilding and screening))."""
         comm, shard = self.comm, self.shard
-        given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
-        given.update(screening=False, checkpoint=None)
         problem, problem_kept = self, numpy.ones(shard.design.features, dtype=bool)
         iterations, solve_time, rounds, budget, screen_time = 0, 0.0, 0, 10, 0.0
         while True:
@@ -427,11 +435,13 @@ class Problem:
                 tick = time.perf_counter()
                 problem, problem_kept = self._restricted(target), target
                 screen_time += time.perf_counter() - tick
-            round_settings = dict(given, max_iter=min(budget, settings.max_iter - iterations))
+            round_settings = dataclasses.replace(settings, screening=False, checkpoint=None,
+                                                 max_iter=min(budget, settings.max_iter - iterations))
             if settings.time_limit:  # the same on every rank (the settings are checked collectively)
-                round_settings["time_limit"] = max(settings.time_limit - comm.allreduce(solve_time, op=MPI.MAX), 1e-9)
+                round_settings = dataclasses.replace(round_settings, time_limit=max(
+                    settings.time_limit - comm.allreduce(solve_time, op=MPI.MAX), 1e-9))
             result = point.solve_on(problem, numpy.flatnonzero(problem_kept), self.intercept, penalty_object,
-                                    round_settings)
+                                    round_settings, threads)
             iterations += result.iterations
             solve_time += result.timings["solve"]
             rounds += 1

@@ -43,9 +43,7 @@ anywhere resumes bit for bit (docs/admm.md, "Checkpoints and resume").
 """
 import dataclasses
 import math
-import os
 import time
-import types
 
 import numpy as np
 from mpi4py import MPI
@@ -61,6 +59,7 @@ from .gap import certificate_of, column_norms, dual_point, sphere_test
 from .losses.base import host_allreduce
 from .losses.squared import SquaredLossShard
 from .point import Point
+from .printing import working_set_banner_lines, working_set_footer_lines, working_set_log
 from .proxnewton import ProxNewton, supports as newton_supports
 from .result import ADMMResult
 
@@ -234,31 +233,30 @@ def default_gap_tol(settings):
 STATUS_OF_STOP = dict(ENGINE_STATUS_OF_STOP, max_outer="max_iterations")
 
 
+@dataclasses.dataclass(frozen=True)
+class Restricted:
+    """How a restricted solve ended: the status word and the stop (a key of STATUS_OF_STOP, or "stalled")."""
+    status: str
+    stop: str
+
+
 def working_set_solve(problem, settings, threads, start, penalty_object, engine_penalty, options, largest,
-                      warm_start, log_stream=None):
-    """The outer loop of the module docstring for ``problem`` (a solver.Problem), with the BLAS threads
-    ``threads`` (a core.threads.ThreadPlan, in force while it runs); returns an ADMMResult of the full problem,
-    the same on every rank (collective).  ``log_stream``: where rank 0's log goes (None: standard output)."""
-    run = WorkingSets(problem, settings, threads, start, penalty_object, engine_penalty, largest, warm_start,
-                      log_stream)
-    with reducer_for(settings.reducer, problem.comm, check=False) as reducer:
-        run.given["reducer"] = reducer
-        run.banner()
-        run.start_or_resume()
-        signals = SignalFlags(run.checkpointer is not None)
-        try:
-            run.loop()
-        finally:
-            signals.restore()
-    return run.finish(options["lam"], getattr(reducer, "name", str(reducer)))
+                      warm, log_stream=None):
+    """The outer loop of the module docstring for ``problem`` (a solver.Problem) from ``warm`` (a Point or
+    None), with the BLAS threads ``threads`` (a core.threads.ThreadPlan, in force while it runs); returns an
+    ADMMResult of the full problem, the same on every rank (collective).  ``log_stream``: where rank 0's log
+    goes (None: standard output)."""
+    return WorkingSetSolver(problem, settings, threads, start, penalty_object, engine_penalty, largest, warm,
+                            log_stream).run(options["lam"])
 
 
-class WorkingSets:
-    """The state of one working-set solve (the module docstring's loop), in the steps of its outer iteration:
-    ``certify`` (the gap on every column, the screening), ``next_columns``, ``inner_solve``, and the
-    checkpoint at the top of each outer iteration (``write_boundary``)."""
+class WorkingSetSolver:
+    """One working-set solve (the module docstring's loop), in the steps of its outer iteration: ``certify``
+    (the gap on every column, the screening), ``choose`` (the next working set), ``solve_restricted`` (the
+    problem on it, whose answer the point embeds: ``Point.embed``, shared with screening), and the checkpoint
+    at the top of each outer iteration (``write_boundary``)."""
 
-    def __init__(self, problem, settings, threads, start, penalty_object, engine_penalty, largest, warm_start,
+    def __init__(self, problem, settings, threads, start, penalty_object, engine_penalty, largest, warm,
                  log_stream):
         self.problem, self.settings, self.threads, self.start = problem, settings, threads, start
         self.penalty_object, self.engine_penalty, self.largest = penalty_object, engine_penalty, largest
@@ -273,16 +271,16 @@ class WorkingSets:
             problem._column_cache = ColumnCache(shard.design, xp, isinstance(shard, SquaredLossShard))
         self.cache = problem._column_cache
         self.cache_time_before = self.cache.time
-        self.extra_setup = problem.setup_time if warm_start is None else 0.0  # as Problem._solve
+        self.extra_setup = problem.setup_time if warm is None else 0.0  # as Problem._solve
         self.setup_time = time.perf_counter() - start + self.extra_setup
-        self.point = Point.of(warm_start, xp, shard.n)  # x, u and rho
-        if warm_start is None and self.intercept:  # from the null model (every coefficient 0, the best intercept),
+        self.point = Point.of(warm, xp, shard.n)  # x, u and rho
+        if warm is None and self.intercept:  # from the null model (every coefficient 0, the best intercept),
             # as glmnet and skglm: at lambda_max it is the answer, certified at once
             self.point.x[-1] = type(shard).null_intercept(problem.b, comm, problem.loss_options)
-        self.given = {field.name: getattr(settings, field.name) for field in dataclasses.fields(settings)}
-        self.given.update(screening=False, working_set=False, checkpoint=None, verbose=False, eps_abs=0.0,
-                          eps_rel=0.0, gap_every=INNER_GAP_EVERY, blas_threads=0)  # the threads: in force
-        self.log = _outer_log(settings.verbose and comm.rank == 0, log_stream)
+        self.inner_base = dataclasses.replace(  # the restricted ADMM solves' settings, less their budget
+            settings, screening=False, working_set=False, checkpoint=None, verbose=False, eps_abs=0.0,
+            eps_rel=0.0, gap_every=INNER_GAP_EVERY, blas_threads=0)  # the threads: in force
+        self.log = working_set_log(settings.verbose and comm.rank == 0, log_stream)
         self.kept = np.ones(self.features, dtype=bool)
         self.iterations, self.solve_time, self.gap_time, self.outer = 0, 0.0, 0.0, 0
         self.stop, self.history, self.outer_rows, self.result = None, {}, [], None
@@ -302,23 +300,24 @@ class WorkingSets:
                            f"{self.engine_penalty.describe()} on {self.xp.__name__}")
         return "prox_newton" if fits and settings.inner_solver != "admm" else "admm"
 
-    def inner_word(self):
-        return "Newton" if self.inner == "prox_newton" else "ADMM"
+    def run(self, lam_value):
+        """The whole solve: the banner, the start (or resume), the outer loop, the result."""
+        with reducer_for(self.settings.reducer, self.comm, check=False) as reducer:
+            self.inner_base = dataclasses.replace(self.inner_base, reducer=reducer)
+            self.log.banner(f"mpiopt {__version__}: consensus ADMM on working sets", working_set_banner_lines(
+                self.problem, self.settings, self.engine_penalty, self.largest, self.threads, self.inner,
+                self.inner_fraction(), self.tol, self.setup_time))
+            self.start_or_resume()
+            signals = SignalFlags(self.checkpointer is not None)
+            try:
+                self.loop()
+            finally:
+                signals.restore()
+        return self.finish(lam_value, getattr(reducer, "name", str(reducer)))
 
-    def banner(self):
-        problem, settings, shard = self.problem, self.settings, self.shard
-        self.log.banner(f"mpiopt {__version__}: consensus ADMM on working sets", [
-            f"problem:  {problem.loss} loss + {self.engine_penalty.describe()}",
-            f"          rows m = {problem.total_rows}, variables n = {shard.n}"
-            + (" (with intercept)" if self.intercept else "") + f", ranks = {self.comm.size}"
-            + (f", lambda_max = {self.largest:.4e}" if self.largest else ""),
-            f"threads:  {self.threads.describe()}",
-            f"working sets: first size {settings.working_set_size}, then max(that, 2 x support); inner "
-            f"{'proximal Newton' if self.inner == 'prox_newton' else 'ADMM'} to {INNER_FRACTION} x the gap; "
-            f"gap-safe screening at each check",
-            f"stopping: relative duality gap <= {self.tol:.1e} on all {self.features} columns, "
-            f"max_iter = {settings.max_iter} {self.inner_word()} iterations",
-            f"setup:    {self.setup_time:.3f} s"])
+    def inner_fraction(self):
+        """The restricted solves' tolerance, as a fraction of the full problem's relative gap."""
+        return NEWTON_FRACTION if self.inner == "prox_newton" else INNER_FRACTION
 
     def start_or_resume(self):
         """The first working set, the warm start's support (so that A x comes from the cached columns), or
@@ -365,11 +364,9 @@ class WorkingSets:
             {"u": self.point.u if self.point.u is not None else self.xp.zeros(0)},
             {"iterations": self.iterations, "outer": self.outer, "rho": self.point.rho, "solve_time": self.solve_time,
              "gap_time": self.gap_time, "history": self.history, "outer_rows": self.outer_rows})
-        if self.comm.rank == 0:
-            try:  # a leftover is harmless (a resume reads only the next outer iteration's), a failure not fatal
-                os.remove(_inner_path(self.settings.checkpoint, self.outer))
-            except OSError:
-                pass
+        # the inner solve that led here is finished: a leftover is harmless (a resume reads only the next
+        # outer iteration's), so a failure to remove it is not fatal
+        self.checkpointer.discard(_inner_path(self.settings.checkpoint, self.outer))
 
     def loop(self):
         """Certify, stop or choose the next working set and solve on it, until a stop (``self.stop``)."""
@@ -381,12 +378,12 @@ class WorkingSets:
             if self.stop is not None:
                 return
             self.outer += 1
-            self.next_columns()
-            result = self.inner_solve(elapsed)
+            self.choose()
+            result = self.solve_restricted(elapsed)
             if result.status != "converged" and (self.iterations >= self.settings.max_iter
                                                  or result.status != "max_iterations"):
                 # cut by the iteration budget, the time limit or SIGTERM: end at this x
-                self.stop = result.info["stop"]
+                self.stop = result.stop
                 self.certify(screening=False)
                 return
 
@@ -424,7 +421,7 @@ class WorkingSets:
         if not len(self.columns) and not self.intercept:
             return None
         solver, index = self.newton_on(self.columns)
-        return solver.refined_margin(backend.to_host(self.point.x[self.xp.asarray(index)]), margin)
+        return solver.refined_margin(backend.to_host(self.point.restricted(index).x), margin)
 
     def newton_on(self, columns):
         """(ProxNewton on the problem restricted to ``columns``, the indices of its coefficients in x), kept
@@ -433,8 +430,8 @@ class WorkingSets:
         if self.newton is None or self.newton[0] is not columns:
             block, _ = self.cache.take(columns)
             sub = self.problem.on_columns(block)
-            index = np.concatenate([columns, [self.features]]).astype(np.int64) if self.intercept else columns
-            self.newton = (columns, ProxNewton(sub.shard, self.engine_penalty.on_columns(columns), self.comm), index)
+            self.newton = (columns, ProxNewton(sub.shard, self.engine_penalty.on_columns(columns), self.comm),
+                           Point.index(columns, self.intercept))
         return self.newton[1], self.newton[2]
 
     def stop_before_inner(self, elapsed):
@@ -456,7 +453,7 @@ class WorkingSets:
             return "signal"
         return None
 
-    def next_columns(self):
+    def choose(self):
         """Choose the next working set (rank 0's choice, broadcast) and gather its columns."""
         xp, x, kept, features = self.xp, self.point.x, self.kept, self.features
         host_x = np.asarray(backend.to_host(x[:features]))
@@ -473,9 +470,9 @@ class WorkingSets:
         self.batches.append(self.columns)
         self.cache.add(self.columns)
 
-    def inner_solve(self, elapsed):
-        """The restricted problem's solve by the chosen inner solver; returns an object with ``status`` and
-        ``info["stop"]``."""
+    def solve_restricted(self, elapsed):
+        """The problem restricted to the working set, by the chosen inner solver, from the point restricted to
+        it; its answer embedded into the point.  Returns its Restricted."""
         return self.newton_solve() if self.inner == "prox_newton" else self.admm_solve(elapsed)
 
     def newton_solve(self):
@@ -488,50 +485,48 @@ class WorkingSets:
         epochs = solver.epochs
         tol = max(NEWTON_FRACTION * gap.relative, 0.5 * self.tol) if math.isfinite(gap.relative) else self.tol
         deadline = self.start + settings.time_limit if settings.time_limit else None
-        x, iterations, stop, history = solver.solve(backend.to_host(self.point.x[xp.asarray(index)]), tol,
+        x, iterations, stop, history = solver.solve(backend.to_host(self.point.restricted(index).x), tol,
                                                     settings.max_iter - self.iterations, deadline,
                                                     signals=self.checkpointer is not None)
-        self.point.x = xp.zeros(self.point.x.shape[0])
-        self.point.x[xp.asarray(index)] = xp.asarray(x)
-        self.point.u = None
+        self.point.embed(index, xp.asarray(x))  # u dropped: proximal Newton has no ADMM state
         seconds = time.perf_counter() - tick
         _append_history(self.history, {"iter": history["iter"][1:], "gap": history["gap"][1:],
                                        "time": [seconds] * iterations}, self.iterations, self.solve_time)
         self.iterations += iterations
         self.solve_time += seconds
         self.newton_epochs += solver.epochs - epochs
-        status = "converged" if stop in ("gap_tol", "stalled") else STATUS_OF_STOP[stop]
-        return types.SimpleNamespace(status=status, info={"stop": stop})
+        return Restricted("converged" if stop in ("gap_tol", "stalled") else STATUS_OF_STOP[stop], stop)
 
     def admm_solve(self, elapsed):
-        """The problem restricted to the working set, warm-started, to a fraction of the current gap; its
-        answer is taken into x, u and rho and its history appended.  Returns its ADMMResult."""
+        """The problem restricted to the working set by consensus ADMM, warm-started, to a fraction of the
+        current gap; its answer is taken into x, u and rho and its history appended (the ADMMResult kept as
+        ``self.result``)."""
         columns = self.columns
         block, gram = self.cache.take(columns)
         sub = self.problem.on_columns(block, gram, x_solver="newton" if len(columns) + self.intercept
                                       <= NEWTON_COLUMNS and self.problem.loss == "logistic" else None)
-        result = self.point.solve_on(sub, columns, self.intercept, self.penalty_object, self.inner_settings(elapsed))
+        result = self.point.solve_on(sub, columns, self.intercept, self.penalty_object, self.inner_settings(elapsed),
+                                     self.threads)
         if self.resuming:  # the first inner solve after a resume may itself have resumed part-way
             self.resumed_at, self.resuming = self.iterations + int(result.info.get("resumed_at") or 0), False
         _append_history(self.history, result.history, self.iterations, self.solve_time)
         self.iterations += result.iterations
         self.solve_time += result.timings["solve"]
         self.result = result
-        return result
+        return Restricted(result.status, result.info["stop"])
 
     def inner_settings(self, elapsed):
         """The inner solve's settings.  One that stalls short of its tolerance returns for a new certificate
         (which may already suffice): at most max(100, the iterations so far), so the caps grow geometrically."""
         settings, gap, tol = self.settings, self.gap, self.tol
         cap = max(INNER_MIN_CAP, self.iterations)
-        inner = dict(self.given, max_iter=min(settings.max_iter - self.iterations, cap),
-                     gap_tol=max(INNER_FRACTION * gap.relative, 0.5 * tol) if math.isfinite(gap.relative) else tol)
+        budget = dict(max_iter=min(settings.max_iter - self.iterations, cap),
+                      gap_tol=max(INNER_FRACTION * gap.relative, 0.5 * tol) if math.isfinite(gap.relative) else tol)
         if settings.time_limit:
-            inner["time_limit"] = max(settings.time_limit - elapsed, 1e-9)
+            budget["time_limit"] = max(settings.time_limit - elapsed, 1e-9)
         if self.checkpointer is not None:  # the inner solve checkpoints itself: a resume continues it bitwise
-            inner.update(checkpoint=_inner_path(settings.checkpoint, self.outer),
-                         checkpoint_every=settings.checkpoint_every)
-        return inner
+            budget["checkpoint"] = _inner_path(settings.checkpoint, self.outer)
+        return dataclasses.replace(self.inner_base, **budget)
 
     def finish(self, lam_value, reducer_name):
         """The ADMMResult of the full problem at x (the last inner solve's, completed), and the log's footer."""
@@ -553,7 +548,8 @@ class WorkingSets:
         result.objective_history = {"iter": [self.iterations], "objective": [gap.primal]}
         result.info.update(self.info(lam_value, kkt, host_x))
         result.timings = self.timings(result.timings)
-        self.log.footer(self.footer(result, kkt))
+        self.log.footer(working_set_footer_lines(result, self.shard.n, self.inner, self.setup_time,
+                                                 self.resumed_at if self.resumed else None))
         return result
 
     def negative_gradient(self):
@@ -597,19 +593,6 @@ class WorkingSets:
                 "x_step": inner.get("x_step", 0.0), "communication": inner.get("communication", 0.0),
                 "total": self.total}
 
-    def footer(self, result, kkt):
-        gap, t = self.gap, result.timings
-        return [f"status:      {result.status} after {self.outer} outer and {self.iterations} {self.inner_word()} "
-                f"iterations",
-                f"objective:   {gap.primal:.12e}",
-                f"optimality:  KKT residual ||x - prox_g(x - grad f(x))||_inf = {kkt:.3e}",
-                f"certificate: duality gap {gap.gap:.3e} (relative {gap.relative:.3e}), "
-                f"dual objective {gap.dual:.12e}",
-                f"nonzeros:    {result.info['nonzeros']} of {self.shard.n}; screened {result.info['screened']}",
-                f"time:        {self.total:.3f} s (setup {self.setup_time:.3f}, gather {self.gather_time:.3f}, "
-                f"{self.inner_word()} {t['solve']:.3f}, gaps {t['gap']:.3f})"
-                + (f"; this run's, resumed at iteration {self.resumed_at}" if self.resumed else "")]
-
 
 def _inner_path(path, outer):
     """The checkpoint of the inner solve of outer iteration ``outer``, beside the working sets' own."""
@@ -642,10 +625,3 @@ def _append_history(history, part, offset, time_offset):
         elif key == "time":
             values = [time_offset + value for value in values]
         history.setdefault(key, []).extend(values)
-
-
-def _outer_log(enabled, stream=None):
-    from ..core.log import IterationLog
-    return IterationLog(enabled, (("outer", "5d"), ("|W|", "6d"), ("screened", "8d"), ("iter", "7d"),
-                                  ("objective", "14.8e"), ("gap", "10.3e"), ("rel_gap", "10.3e"), ("time(s)", "9.3f")),
-                        stream=stream)

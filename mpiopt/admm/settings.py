@@ -43,8 +43,9 @@ class ADMMSettings(Settings):
                                 # numpy / scipy data where the loss says so (not Huber), off on the GPU
     working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
     inner_solver: str = "auto"  # the working sets' restricted solves: "prox_newton" (proxnewton.py: a loss with
-                                # a Hessian, logistic, and the L1 or elastic-net penalty, numpy data), "admm", or
-                                # "auto": prox_newton where it applies, else admm
+                                # a Hessian, logistic or squared, and the L1 or elastic-net penalty, numpy data),
+                                # "admm", or "auto": prox_newton where it applies (the squared loss: on sparse
+                                # data only), else admm
     checkpoint: str = None      # npz path for checkpoints (None: none)
     checkpoint_every: int = 0   # write every this many iterations (0: only on SIGUSR1/SIGTERM)
     blas_threads: int = None    # BLAS threads per rank while solving; None: cores per rank when ranks share a

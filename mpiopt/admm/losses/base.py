@@ -115,7 +115,10 @@ class LossShard:
 
     dual_concavity = None  # mu of the dual (module docstring); None: no dual, no certificate
     working_sets_by_default = True  # with a dual: working sets unless working_set=False (measured per loss)
-    newton_inner = False  # True: phi'' > 0 from ``terms``, and ``margin_value``: proximal Newton on working sets
+    newton_inner = False  # True: ``newton_terms``, ``margin_value``, ``dual_value_bound``: proximal Newton on
+                          # working sets (proxnewton.py)
+    newton_dual_count = 1  # the dual sums ``newton_terms`` gives
+    constant_hessian = False  # phi'' constant (``newton_terms`` gives None for it): the Hessian is formed once
 
     def dual_sums(self, z, comm, intercept, theta_wanted, margin, dual_margin=None):
         raise NotImplementedError(f"the {self.name} loss has no dual")

@@ -362,11 +362,12 @@ class LogisticLossShard(GLMLossShard):
         probability = xp.where(signed > 0, e * inverse, inverse)  # sigmoid(-s)
         value = float(losses.sum())
         # p (1 - p) = e / (1 + e)^2 for either sign of s, without 1 - p's cancellation
-        return value, -y * probability, e * inverse * inverse, value + float(probability @ signed)
+        return value, -y * probability, e * inverse * inverse, (value + float(probability @ signed),)
 
-    def dual_value_bound(self, entropy, scale):
-        """A lower bound on sum_j H(scale p_j) from sum_j H(p_j) without a pass: H is concave with H(0) = 0."""
-        return scale * entropy
+    def dual_value_bound(self, sums, scale):
+        """A lower bound on sum_j H(scale p_j) from sums = [sum_j H(p_j)] without a pass: H is concave with
+        H(0) = 0."""
+        return scale * float(sums[0])
 
     def dual_value(self, sums, scale, p, comm):
         """sum_j H(scale p_j): the sum itself at scale 1, else one more pass and all-reduce of a scalar."""

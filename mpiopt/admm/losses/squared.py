@@ -54,6 +54,27 @@ class SquaredLossShard(LossShard):
         self.iterative = self.method == "cg"
 
     dual_concavity = 1.0  # -phi*(-theta) = theta b - theta^2 / 2
+    newton_inner = True   # proximal Newton on working sets: one Newton step solves a restricted problem
+    newton_dual_count = 2
+    constant_hessian = True
+
+    def newton_terms(self, margin):
+        """(f, phi' = r, phi'' (None: constant, 1), [theta^T b, ||theta||^2]) with r = margin - b, theta = -r."""
+        r = margin - self.b
+        squares = float(r @ r)
+        return 0.5 * squares, r, None, (-float(r @ self.b), squares)
+
+    def dual_theta(self, margin):
+        """theta = -phi'(margin) = b - margin, the residual."""
+        return self.b - margin
+
+    def margin_value(self, margin):
+        r = margin - self.b
+        return 0.5 * float(r @ r)
+
+    def dual_value_bound(self, sums, scale):
+        """sum_j -phi*(-scale theta_j), exactly (a quadratic in the scale)."""
+        return quadratic_dual_value(sums, scale)
 
     def dual_sums(self, z, comm, intercept, theta_wanted, margin, dual_margin=None):
         """(the all-reduced [A^T theta, loss value, theta^T b, ||theta||^2], None, theta) at z:

@@ -77,8 +77,9 @@ NEWTON_COLUMNS = 500     # restricted logistic problems up to this many columns 
 
 
 class ColumnCache:
-    """This rank's gathered columns A_C (m_i x capacity, Fortran-ordered; CSR when the shard is) and, for the
-    squared loss while the block stays tall, their Gram matrix A_C^T A_C and column sums, grown incrementally.
+    """This rank's gathered columns A_C (m_i x capacity, Fortran-ordered; CSC when the shard is sparse, gathered
+    from a CSC copy of a CSR shard made once: a CSR column gather scans every row) and, for the squared loss
+    while the block stays tall, their Gram matrix A_C^T A_C and column sums, grown incrementally.
 
     Columns are kept in the order they were added (a path's later weights reuse them); ``take`` returns the
     block and the Gram matrix of a subset."""
@@ -91,6 +92,7 @@ class ColumnCache:
         self.block = None       # dense: m_i x capacity, the first len(order) columns filled
         self.gram = None        # len x len (capacity x capacity storage)
         self.sums = None        # column sums, for the intercept's row of the Gram matrix
+        self.by_columns = None  # a sparse shard in CSC, made on the first gather
         self.time = 0.0
 
     def __len__(self):
@@ -103,14 +105,17 @@ class ColumnCache:
             return
         tick = time.perf_counter()
         xp, design, count = self.xp, self.design, len(self.order)
-        gathered = design.columns(new)
         total = count + len(new)
         if design.sparse:
             import scipy.sparse
+            if self.by_columns is None:
+                self.by_columns = design.A.tocsc()
+            gathered = self.by_columns[:, new]
             self.block = gathered if self.block is None else scipy.sparse.hstack([self.block, gathered],
-                                                                                format=gathered.format)
+                                                                                format="csc")
             old = self.block[:, :count] if count else None
         else:
+            gathered = design.columns(new)
             if self.block is None or self.block.shape[1] < total:  # grow the storage geometrically
                 capacity = max(total, 2 * (0 if self.block is None else self.block.shape[1]), 16)
                 block = xp.empty((design.rows, min(capacity, design.features)), order="F")
@@ -155,12 +160,10 @@ class ColumnCache:
         positions, contiguous = self._positions(columns)
         if self.block is None:  # nothing gathered yet: no column (the intercept alone)
             import scipy.sparse
-            block = scipy.sparse.csr_matrix((design.rows, 0)) if design.sparse else xp.empty((design.rows, 0))
-        elif design.sparse:
+            block = scipy.sparse.csc_matrix((design.rows, 0)) if design.sparse else xp.empty((design.rows, 0))
+        elif design.sparse:  # CSC: a column subset is a copy of those columns only
             block = self.block[:, positions] if not contiguous or self.block.shape[1] != len(positions) \
                 else self.block
-            if design.A.format == "csr" and block.format != "csr":
-                block = block.tocsr()
         else:
             block = self.block[:, :len(positions)] if contiguous else xp.asfortranarray(
                 self.block[:, xp.asarray(positions)])

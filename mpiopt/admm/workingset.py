@@ -6,20 +6,23 @@ penalty with a duality gap (gap.py: L1, elastic net, group lasso; squared, logis
 
     x = warm start (the previous weight's solution, else 0 with the best intercept); kept = every column
     repeat:
-        gap, theta = dual point at x on ALL columns          (one pass over each shard's rows)
+        gap, theta = dual point on ALL columns               (one pass over each shard's rows; after a
+                                                              proximal Newton solve theta comes from a
+                                                              refined point: the gap tracks P(x) - P*)
         stop when gap / P(x) <= gap_tol                       (a certificate on the full problem)
         kept &= gap-safe sphere test (gap.py's screen)       (free: the pass above gave A^T theta)
         score_k = (l1 - |a_k^T theta|) / ||a_k||              (celer's distance to the dual constraint)
         W = support(x) + the best-scored kept columns, |W| = max(p0, min(kept, 2 |support|)),
             and never smaller than the last W                (skglm's size rule, made monotone)
         solve the problem restricted to W, warm-started from x_W, by
-            proximal Newton (proxnewton.py: the logistic loss with L1 or elastic net; ``inner_solver``)
-                to 0.1 x the full problem's relative gap, or
+            proximal Newton (proxnewton.py: the logistic loss with L1 or elastic net, the squared loss
+                on sparse data; ``inner_solver``) to 0.1 x the full problem's relative gap, or
             consensus ADMM from (x_W, u_W, rho) to 0.3 x it     (celer's inner tolerance)
                 (logistic: Newton x-steps while |W| <= 500, else the problem's x_solver)
 
-Only the working set's columns are gathered on each rank (Fortran-ordered,
-kept across outer iterations and along a path) and, for the squared loss, only
+Only the working set's columns are gathered on each rank (Fortran-ordered; CSC
+from a CSC copy of a sparse shard; kept across outer iterations and along a
+path) and, for the squared loss, only
 their Gram matrix is formed, grown incrementally: new columns N cost
 A_C^T A_N and A_N^T A_N, m_i |N| (|C| + |N|) flops; the rest is reused.  The
 restricted x-step factors (|W| + 1)^2 numbers, so an inner ADMM iteration is
@@ -30,6 +33,8 @@ Cost of one outer iteration on rank i (m_i rows, n columns, p ranks):
     dual point            2 m_i n flops, 8 m_i n bytes read, all-reduce of n + 3 doubles
     new columns' Grams    2 m_i |N| (|C| + |N|) flops
     inner ADMM            k (2 (|W| + 1)^2 flops + all-reduce of |W| + 1 and of 5 doubles)
+    or proximal Newton    k (2 m_i |W|^2 flops for the Hessian (the squared loss: the Gram above, once),
+                          a few passes over the working set's columns, all-reduces of |W|^2 and |W| + 3)
 so with few outer iterations (typically 3-8) the solve costs a few passes over
 the data, where the full solver's setup alone costs m_i n^2 flops.
 
@@ -38,7 +43,8 @@ choice is broadcast, so every rank solves the same restricted problem.
 
 Checkpoints (``checkpoint``): the state at the top of each outer iteration (x,
 u, rho, the screened columns, the set, the cache's additions in order, the
-counters), and each inner solve's own engine checkpoint beside it, so a run cut
+counters, each rank's refined margins for the next certificate), and each inner
+ADMM solve's own engine checkpoint beside it, so a run cut
 anywhere resumes bit for bit (docs/admm.md, "Checkpoints and resume").
 """
 import dataclasses

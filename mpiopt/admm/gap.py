@@ -114,6 +114,16 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None, dual_marg
     return _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta)
 
 
+def kept_dual_sums(loss, z, comm, intercept):
+    """The all-reduced dual sums at z ([A^T theta, f(z), the loss's two sums], theta = -phi'(A z), balanced
+    with an ``intercept``), kept as :func:`dual_point` keeps them (collective).  lambda_max takes its gradient
+    from them (-A^T theta at the null model, where an intercept's own gradient is 0, so the balance changes
+    nothing but rounding): the working sets' first certificate at that point then makes no pass of its own."""
+    host, state, _ = loss.dual_sums(z, comm, intercept, False, None)
+    loss._dual_sums = (intercept, z.copy(), host.copy(), state)
+    return host
+
+
 def has_dual_sums(loss, penalty, z):
     """Whether :func:`dual_point` would reuse kept sums at z (a path's next weight starts where the last
     weight was certified): a refined dual point is then not worth its Hessian."""

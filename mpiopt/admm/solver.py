@@ -38,7 +38,7 @@ from . import losses  # noqa: F401 (registers the losses)
 from . import penalties as penalty_classes
 from .design import Design, is_sparse
 from .engine import ConsensusADMM
-from .gap import certificate_of, column_norms, dual_point, screen
+from .gap import certificate_of, column_norms, dual_point, kept_dual_sums, screen
 from .penalties import _exact
 from .pieces import declared_of, merge, split_keywords
 from .point import Point
@@ -154,9 +154,12 @@ def lambda_max(shard, penalty_kind, options, intercept, targets, loss_options, c
     x0 = xp.zeros(shard.n)
     if intercept:
         x0[-1] = type(shard).null_intercept(targets, comm, loss_options)
-    gradient = backend.to_host(shard.gradient(x0) if shard.active else xp.zeros(shard.n))
-    gradient = numpy.array(gradient, dtype=float)
-    comm.Allreduce(MPI.IN_PLACE, gradient, op=MPI.SUM)
+    if shard.dual_concavity is not None:  # from the gap's sums, kept for the first certificate at x0
+        gradient = -numpy.array(kept_dual_sums(shard, x0, comm, intercept)[:shard.n], dtype=float)
+    else:
+        gradient = backend.to_host(shard.gradient(x0) if shard.active else xp.zeros(shard.n))
+        gradient = numpy.array(gradient, dtype=float)
+        comm.Allreduce(MPI.IN_PLACE, gradient, op=MPI.SUM)
     return penalty_kind.lambda_max(gradient[:shard.n - int(intercept)], options)
 
 

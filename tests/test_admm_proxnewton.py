@@ -128,14 +128,15 @@ def test_the_logistic_elastic_net_reaches_the_optimum(comm, intercept, sparse, l
 @pytest.mark.many_ranks
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.parametrize("sparse", [False, True])
-def test_proximal_newton_takes_the_same_steps_at_any_rank_count(comm, sparse):
+@pytest.mark.parametrize("loss", ["logistic", "squared"])
+def test_proximal_newton_takes_the_same_steps_at_any_rank_count(comm, sparse, loss):
     """Rank 0's directions and steps from all-reduced sums: the same iterations, working sets and gaps as one
     process on all the rows, to the sums' rounding."""
-    A, b = problem_data(24, (200, 50), 0.5, "logistic_l1", sparse)
+    A, b = problem_data(24, (200, 50), 0.5, "logistic_l1" if loss == "logistic" else "lasso", sparse)
     start, stop = shard_bounds(A.shape[0], comm, "uneven")
-    settings = dict(lam_ratio=0.05, intercept=True, gap_tol=1e-12)
-    distributed = solve(A[start:stop], b[start:stop], "logistic", "l1", comm=comm, **settings)
-    alone = solve(A, b, "logistic", "l1", comm=MPI.COMM_SELF, **settings)
+    settings = dict(lam_ratio=0.05, intercept=True, gap_tol=1e-12, inner_solver="prox_newton")
+    distributed = solve(A[start:stop], b[start:stop], loss, "l1", comm=comm, **settings)
+    alone = solve(A, b, loss, "l1", comm=MPI.COMM_SELF, **settings)
     assert distributed.iterations == alone.iterations
     assert distributed.info["working_set_sizes"] == alone.info["working_set_sizes"]
     assert np.abs(np.asarray(distributed.x) - np.asarray(alone.x)).max() < 1e-9

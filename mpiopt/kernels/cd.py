@@ -19,18 +19,26 @@ import os
 import numpy as np
 
 
+def coordinate(k, old, curvature, gradient, l1, l2, penalized):
+    """The new y_k from y_k = ``old``, H_kk = ``curvature`` > 0 and r_k = ``gradient`` (the rule above), the
+    one statement of it: the numpy twin calls it as it is, the compiled sweep compiled."""
+    if k >= penalized:
+        return old - gradient / curvature
+    v = curvature * old - gradient
+    magnitude = abs(v) - l1
+    if magnitude < 0.0:
+        magnitude = 0.0
+    return math.copysign(magnitude, v) / (curvature + l2)
+
+
 def sweep_numpy(order, y, r, H, diagonal, l1, l2, penalized):
-    """The numpy twin: :func:`sweep` as a Python loop."""
+    """The numpy twin: :func:`sweep` as a Python loop, r updated a row at a time."""
     for k in order:
         curvature = diagonal[k]
         if curvature <= 0:
             continue
         old = y[k]
-        if k >= penalized:
-            new = old - r[k] / curvature
-        else:
-            v = curvature * old - r[k]
-            new = math.copysign(max(abs(v) - l1, 0.0), v) / (curvature + l2)
+        new = coordinate(k, old, curvature, r[k], l1, l2, penalized)
         if new != old:
             r[:] += (new - old) * H[k]
             y[k] = new
@@ -44,6 +52,7 @@ def _compile():
         import numba
     except ImportError:
         return None
+    update = numba.njit(cache=True, fastmath=False, nogil=True)(coordinate)
 
     @numba.njit(cache=True, fastmath=False, nogil=True)
     def compiled(order, y, r, H, diagonal, l1, l2, penalized):
@@ -54,14 +63,7 @@ def _compile():
             if curvature <= 0:
                 continue
             old = y[k]
-            if k >= penalized:
-                new = old - r[k] / curvature
-            else:
-                v = curvature * old - r[k]
-                magnitude = abs(v) - l1
-                if magnitude < 0.0:
-                    magnitude = 0.0
-                new = math.copysign(magnitude, v) / (curvature + l2)
+            new = update(k, old, curvature, r[k], l1, l2, penalized)
             if new != old:
                 delta = new - old
                 for j in range(size):

@@ -104,24 +104,25 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None, dual_marg
     # the sums below depend on z alone, not on the weights: a path's next weight starts at the point where the
     # last one was certified, so they are kept for that point (O(n) to recognise it) and reused
     theta = None
-    if not theta_wanted and dual_margin is None and has_dual_sums(loss, penalty, z):
+    if theta_wanted:
+        host, state, theta = loss.dual_sums(z, comm, intercept, True, margin, dual_margin)
+    elif dual_margin is None and has_dual_sums(loss, penalty, z):
         cached = loss._dual_sums
         host, state = cached[2].copy(), cached[3]
     else:
-        host, state, theta = loss.dual_sums(z, comm, intercept, theta_wanted, margin, dual_margin)
-        if not theta_wanted:
-            loss._dual_sums = (intercept, z.copy(), host.copy(), state)
+        host, state = kept_dual_sums(loss, z, comm, intercept, margin, dual_margin)
     return _gap_of_sums(loss, penalty, certificate, z, comm, host, state, theta)
 
 
-def kept_dual_sums(loss, z, comm, intercept):
-    """The all-reduced dual sums at z ([A^T theta, f(z), the loss's two sums], theta = -phi'(A z), balanced
-    with an ``intercept``), kept as :func:`dual_point` keeps them (collective).  lambda_max takes its gradient
-    from them (-A^T theta at the null model, where an intercept's own gradient is 0, so the balance changes
-    nothing but rounding): the working sets' first certificate at that point then makes no pass of its own."""
-    host, state, _ = loss.dual_sums(z, comm, intercept, False, None)
+def kept_dual_sums(loss, z, comm, intercept, margin=None, dual_margin=None):
+    """(The all-reduced dual sums at z: [A^T theta, f(z), the loss's two sums], the loss's state), theta =
+    -phi'(A z) (or at ``dual_margin``), balanced with an ``intercept``, kept on the loss for :func:`dual_point`
+    at the same z (collective).  lambda_max takes its gradient from them (-A^T theta at the null model, where
+    an intercept's own gradient is 0, so the balance changes nothing but rounding): the working sets' first
+    certificate at that point then makes no pass of its own."""
+    host, state, _ = loss.dual_sums(z, comm, intercept, False, margin, dual_margin)
     loss._dual_sums = (intercept, z.copy(), host.copy(), state)
-    return host
+    return host, state
 
 
 def has_dual_sums(loss, penalty, z):

@@ -49,8 +49,9 @@ ROUNDING = 1e-13                  # and never below this x l1 (the subproblem's 
 
 
 def supports(loss, penalty):
-    """Whether proximal Newton applies: a loss with a Hessian of its margins (``terms``' third part) and a
-    dual, a penalty that is separable in the coordinates (``coordinate_parts``)."""
+    """Whether proximal Newton applies: a loss with ``newton_inner`` (``newton_terms``, ``margin_value``,
+    ``dual_value_bound``: the logistic and squared losses) and a penalty that is separable in the
+    coordinates (``coordinate_parts``)."""
     return getattr(loss, "newton_inner", False) and penalty_parts(penalty) is not None
 
 

@@ -155,7 +155,7 @@ def lambda_max(shard, penalty_kind, options, intercept, targets, loss_options, c
     if intercept:
         x0[-1] = type(shard).null_intercept(targets, comm, loss_options)
     if shard.dual_concavity is not None:  # from the gap's sums, kept for the first certificate at x0
-        gradient = -numpy.array(kept_dual_sums(shard, x0, comm, intercept)[:shard.n], dtype=float)
+        gradient = -numpy.array(kept_dual_sums(shard, x0, comm, intercept)[0][:shard.n], dtype=float)
     else:
         gradient = backend.to_host(shard.gradient(x0) if shard.active else xp.zeros(shard.n))
         gradient = numpy.array(gradient, dtype=float)

@@ -337,9 +337,7 @@ class LogisticLossShard(GLMLossShard):
 
     def dual_residual(self, margin):
         """theta_j = y_j p_j with p_j = sigmoid(-y_j m_j) in [0, 1] (balancing keeps it there)."""
-        xp, y = self.xp, self.targets
-        signed = y * margin
-        return float(xp.logaddexp(0.0, -signed).sum()), y * (0.5 * (1.0 + xp.tanh(-0.5 * signed)))
+        return self.margin_value(margin), self.dual_theta(margin)
 
     def dual_theta(self, margin):
         y = self.targets

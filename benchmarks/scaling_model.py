@@ -373,8 +373,8 @@ def stage_newton(quick):
         for name, kernel in kernels.items():
             exp_work.append(EXP_UNITS[name] * m)
             exp_times.append(best_time(kernel, 5))
-    from mpiopt.kernels import cd as kernel
-    cd = {"k": [], "epochs": [], "seconds": [], "compiled": kernel.sweep_compiled is not None}
+    from mpiopt.kernels import cd as kernel, compiled
+    cd = {"k": [], "epochs": [], "seconds": [], "compiled": compiled.enabled()}
     hessian = {"m": [], "k": [], "seconds": []}
     for k in ((10, 20, 50, 100) if quick else (10, 20, 50, 100, 200, 400)):
         m = 4000 if quick else 20000

@@ -3,7 +3,7 @@ numpy twin, and both give the minimizer a brute force over sign patterns gives (
 import numpy as np
 import pytest
 
-from mpiopt.kernels import cd
+from mpiopt.kernels import cd, compiled
 
 
 def problem(seed, size, free):
@@ -17,7 +17,7 @@ def problem(seed, size, free):
     return H, grad, x, 0.7 * (seed % 2), 0.3 * (seed % 4 == 1), size - free
 
 
-@pytest.mark.skipif(cd.sweep_compiled is None, reason="numba is not installed (the numpy twin runs)")
+@pytest.mark.skipif(not compiled.AVAILABLE, reason="numba is not installed (the numpy twin runs)")
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("size, free", [(1, 0), (7, 1), (60, 0), (200, 1)])
 def test_the_compiled_sweep_is_bitwise_the_numpy_twin(seed, size, free):
@@ -36,8 +36,13 @@ def test_the_compiled_sweep_is_bitwise_the_numpy_twin(seed, size, free):
 
 
 def test_without_numba_the_twin_runs(monkeypatch):
-    """``sweep`` dispatches to the twin when there is no compiled sweep, and the result is a minimizer."""
-    monkeypatch.setattr(cd, "sweep_compiled", None)
+    """``sweep`` dispatches to the twin when the compiled kernels are off, and the result is a minimizer."""
+    monkeypatch.setattr(cd, "sweep_compiled", None)  # called, it would fail: the switch must keep it out
+    with compiled.use(False):
+        _check_minimizer()
+
+
+def _check_minimizer():
     H, grad, x, _, _, penalized = problem(4, 6, 0)
     y, r = x.copy(), grad.copy()
     order = np.arange(6, dtype=np.int64)

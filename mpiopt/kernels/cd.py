@@ -11,12 +11,14 @@ skipping coordinates with H_kk <= 0.  The numpy twin (:func:`sweep_numpy`) loops
 O(k) numpy update per changed coordinate (about 4 us of interpreter time each: 20 ms of a 75 ms solve on a
 1000 x 10000 design); with numba installed (the ``fast`` extra) the same loop is compiled
 (:func:`sweep_compiled`): the same operations in the same order, without contraction into fused
-multiply-adds, so the two are bitwise equal (tests/test_kernels_cd.py).  ``MPIOPT_NUMBA=0`` keeps the twin.
+multiply-adds, so the two are bitwise equal (tests/test_kernels_cd.py).  ``MPIOPT_NUMBA=0`` keeps the twin
+(:mod:`.compiled`, the switch of every compiled kernel).
 """
 import math
-import os
 
 import numpy as np
+
+from . import compiled
 
 
 def coordinate(k, old, curvature, gradient, l1, l2, penalized):
@@ -44,40 +46,30 @@ def sweep_numpy(order, y, r, H, diagonal, l1, l2, penalized):
             y[k] = new
 
 
-def _compile():
-    """The compiled sweep, or None without numba (or with MPIOPT_NUMBA=0)."""
-    if os.environ.get("MPIOPT_NUMBA", "1") == "0":
-        return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    update = numba.njit(cache=True, fastmath=False, nogil=True)(coordinate)
-
-    @numba.njit(cache=True, fastmath=False, nogil=True)
-    def compiled(order, y, r, H, diagonal, l1, l2, penalized):
-        size = r.shape[0]
-        for index in range(order.shape[0]):
-            k = order[index]
-            curvature = diagonal[k]
-            if curvature <= 0:
-                continue
-            old = y[k]
-            new = update(k, old, curvature, r[k], l1, l2, penalized)
-            if new != old:
-                delta = new - old
-                for j in range(size):
-                    r[j] += delta * H[k, j]
-                y[k] = new
-    return compiled
+_update = compiled.jit(coordinate)
 
 
-sweep_compiled = _compile()
+@compiled.jit
+def sweep_compiled(order, y, r, H, diagonal, l1, l2, penalized):
+    """The compiled sweep: the twin's loop, with r's update as an inner loop (numba, the ``fast`` extra)."""
+    size = r.shape[0]
+    for index in range(order.shape[0]):
+        k = order[index]
+        curvature = diagonal[k]
+        if curvature <= 0:
+            continue
+        old = y[k]
+        new = _update(k, old, curvature, r[k], l1, l2, penalized)
+        if new != old:
+            delta = new - old
+            for j in range(size):
+                r[j] += delta * H[k, j]
+            y[k] = new
 
 
 def sweep(order, y, r, H, diagonal, l1, l2, penalized):
     """One pass of coordinate descent over ``order`` (an int64 array), in place on y and r."""
-    if sweep_compiled is not None:
+    if compiled.enabled():
         sweep_compiled(np.asarray(order, dtype=np.int64), y, r, H, diagonal, float(l1), float(l2), int(penalized))
     else:
         sweep_numpy(order, y, r, H, diagonal, l1, l2, penalized)

@@ -1,0 +1,57 @@
+"""The compiled float16 sum (mpiopt.kernels.halves) against numpy's own float16 add, bit for bit."""
+import numpy as np
+import pytest
+
+from mpiopt.kernels import compiled, halves
+
+pytest.importorskip("numba")
+
+ALL_HALVES = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+
+
+def _same(expected, got):
+    """Bitwise equal, NaN for NaN (numpy's NaN payloads are not part of the claim)."""
+    nan = np.isnan(expected)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(expected.view(np.uint16)[~nan], got.view(np.uint16)[~nan])
+
+
+def _reference(a, b):
+    with np.errstate(all="ignore"):
+        return np.add(a, b)
+
+
+def test_every_half_plus_a_spread_of_halves():
+    # every half against values that exercise each rounding regime: ties at every exponent, overflow past
+    # 65504, subnormal results, signed zeros, infinities, NaN
+    partners = np.array([0.0, -0.0, 2.0 ** -24, -(2.0 ** -24), 2.0 ** -14, 2.0 ** -15, 1.0, -1.0, 1.0 + 2.0 ** -10,
+                         0.5, 3.0, 1024.0, 2048.0, -2048.0, 32768.0, 65504.0, -65504.0, 32.0, np.inf, -np.inf, np.nan],
+                        dtype=np.float16)
+    for partner in partners:
+        b = np.full(ALL_HALVES.size, partner, dtype=np.float16)
+        out = np.empty_like(ALL_HALVES)
+        with compiled.use(True):
+            halves.add(ALL_HALVES, b, out)
+        _same(_reference(ALL_HALVES, b), out)
+
+
+def test_random_pairs_in_place_and_odd_lengths():
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 2047, 2048, 2049, 10007):
+        a = rng.choice(ALL_HALVES, n)
+        b = (rng.standard_normal(n) * 10.0 ** rng.integers(-7, 5, n)).astype(np.float16)
+        expected = _reference(a, b)
+        with compiled.use(True):
+            halves.add(a, b, b)   # into one of its inputs, as the ring reduces
+        _same(expected, b)
+
+
+def test_the_switch_runs_numpy_and_other_dtypes_fall_back():
+    a = np.arange(10, dtype=np.float16)
+    out = np.empty_like(a)
+    with compiled.use(False):
+        assert not compiled.enabled()
+        halves.add(a, a, out)
+    np.testing.assert_array_equal(out, a + a)
+    wide = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(halves.add(wide, wide, np.empty_like(wide)), 2 * wide)

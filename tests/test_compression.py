@@ -272,6 +272,22 @@ def test_powersgd_two_rounds_for_one_worker_equal_compress():
         assert state.ctx.step == ctx.step == step
 
 
+@pytest.mark.parametrize("shape", [(300, 200), (1000, 16), (5, 3), (40000,)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_powersgd_rank_one_decodes_the_outer_product(shape, dtype):
+    """At rank 1 the decode is a broadcast multiply (long rows) or a zero-padded matmul (short rows, the padded
+    vector): the products p_i q_j of the outer product, value for value."""
+    compressor = get_compressor("powersgd", rank=1, min_compression_rate=0.0)
+    x = vector(math.prod(shape), dtype).reshape(shape)
+    payload, ctx = compressor.compress(x, "g")
+    rows, cols = ctx.info["rows"], ctx.info["cols"]
+    expected = np.outer(payload[0].astype(np.float64), payload[1].astype(np.float64)).reshape(-1)[:x.size]
+    decoded = compressor.decompress(payload, ctx)
+    assert decoded.dtype == dtype and decoded.shape == shape
+    np.testing.assert_array_equal(decoded.reshape(-1), expected.astype(dtype))
+    assert rows * cols >= x.size
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_error_feedback_keeps_exactly_the_residual(name):
     ef = ErrorFeedback(get_compressor(name))

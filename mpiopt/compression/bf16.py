@@ -1,9 +1,10 @@
 """``bf16``: bfloat16 (the upper 16 bits of a float32), stored as uint16.
 
 Kalamkar et al. 2019, "A Study of BFLOAT16 for Deep Learning Training".
-Cost: 2 B per element; one kernel each way on CuPy arrays, a few integer
-passes on numpy ones (:func:`~mpiopt.kernels.compress.to_bf16` and
-``from_bf16``, the same bits).  float32's range with 8 significant bits:
+Cost: 2 B per element; one kernel each way on CuPy arrays, one compiled pass
+(numba) or a few integer passes on numpy ones
+(:func:`~mpiopt.kernels.compress.to_bf16` and ``from_bf16``, the same bits;
+with error feedback one pass for ``e += x``, the payload and ``e -= decoded``).  float32's range with 8 significant bits:
 relative error at most 2^-8, rounding to nearest with ties to even, computed
 on the float32 bit pattern:
 
@@ -18,7 +19,7 @@ gathers the payloads and sums the decoded values (in the input's precision).
 import numpy as np
 
 from ..core.registry import register
-from ..kernels.compress import from_bf16, to_bf16
+from ..kernels.compress import bf16_feedback, from_bf16, to_bf16
 from .base import Compressor, element_count
 
 QUIET_NAN = np.uint16(0x7FC0)
@@ -47,3 +48,8 @@ class BF16(Compressor):
 
     def decode(self, payload, ctx, flat_out):
         bf16_to_float32(payload[0], flat_out)
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        return (bf16_feedback(flat, residual),)

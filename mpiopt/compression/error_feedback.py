@@ -10,6 +10,14 @@ decoded payloads add up to the inputs' sum minus the last residual.  Cost: one
 residual array per buffer name (the input's dtype and size) and one decode per
 call (a scatter for the sparse compressors).
 
+**Fused steps.** A compressor with an ``encode_feedback(flat, residual, ctx)``
+method (fp16, bf16, sign, Top-K, Random-K) does the three steps itself on numpy
+arrays, in fewer passes over memory (compiled kernels,
+:mod:`mpiopt.kernels.compress_fast`): one pass for fp16 and bf16, e += x inside
+Top-K's collecting pass, two for sign, e += x and a gather of k for Random-K.
+The payload and the residual are those of the three steps, bit for bit; CuPy
+arrays and the other compressors take the three steps.
+
 ``ErrorFeedback(compressor)`` has the compressor's interface (``compress``,
 ``decompress``, ``context``, ``accumulate``, flags, and for PowerSGD the two
 rounds: the residual is updated in round 2 with the rank's own P^ Q_i^T) and
@@ -63,6 +71,12 @@ class ErrorFeedback:
 
     def compensate(self, x, name):
         """``e += x`` for buffer ``name`` (created as zeros on first use); returns ``e``."""
+        residual = self._residual_for(x, name)
+        residual += x
+        return residual
+
+    def _residual_for(self, x, name):
+        """The residual of buffer ``name`` for ``x``: zeros on first use, moved to x's array module."""
         key = buffer_name(name)
         residual = self._residuals.get(key)
         if residual is not None and get_array_module(residual) is not get_array_module(x):
@@ -73,11 +87,16 @@ class ErrorFeedback:
         elif residual.shape != x.shape or residual.dtype != x.dtype:
             raise ValueError(f"{self.name}: buffer {key!r} had shape {residual.shape} and dtype {residual.dtype}, "
                              f"now {x.shape} and {x.dtype}; use another name for another buffer")
-        residual += x
         return residual
 
     def compress(self, x, name=None, step=None):
-        residual = self.compensate(self.compressor.check_input(x), name)
+        x = self.compressor.check_input(x)
+        fused = getattr(self.compressor, "encode_feedback", None)
+        if fused is not None and get_array_module(x) is np:
+            residual = self._residual_for(x, name)
+            ctx = self.compressor.context(x.shape, x.dtype, name, self.compressor.next_step(name, step))
+            return fused(x.reshape(-1), residual.reshape(-1), ctx), ctx
+        residual = self.compensate(x, name)
         payload, ctx = self.compressor.compress(residual, name, step)
         self.compressor.accumulate(payload, ctx, residual, subtract=True)
         return payload, ctx

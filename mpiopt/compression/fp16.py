@@ -3,7 +3,9 @@
 
 Cost: 2 B per element (half of float32); one conversion pass each way
 (:func:`~mpiopt.kernels.compress.to_fp16` and ``from_fp16``: CUDA kernels on
-CuPy arrays, numpy casts on numpy ones, the same bits).
+CuPy arrays, compiled kernels (numba) or numpy casts on numpy ones, the same
+bits); with error feedback one pass does ``e += x``, the payload and
+``e -= decoded`` (:func:`~mpiopt.kernels.compress.fp16_feedback`).
 Relative error at most 2^-11 (round to nearest even) for |x| in the normal
 range [6.1e-5, 65504]; smaller values lose bits gradually (subnormals down to
 6e-8, then 0), larger ones become +-inf.
@@ -18,7 +20,7 @@ matters; bf16 has float32's range.
 import numpy as np
 
 from ..core.registry import register
-from ..kernels.compress import from_fp16, to_fp16
+from ..kernels.compress import fp16_feedback, from_fp16, to_fp16
 from .base import Compressor, element_count
 
 
@@ -36,3 +38,8 @@ class FP16(Compressor):
 
     def decode(self, payload, ctx, flat_out):
         from_fp16(payload[0], out=flat_out)
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        return (fp16_feedback(flat, residual),)

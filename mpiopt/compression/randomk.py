@@ -27,7 +27,7 @@ import numpy as np
 from ..core.backend import get_array_module
 from ..core.options import Option, Options, seed_option
 from ..core.random import random_stream
-from ..kernels.compress import scatter_add
+from ..kernels.compress import scatter_add, sparse_gather, sparse_gather_feedback, zero_scatter
 from ..core.registry import register
 from .base import SPARSE_OPTIONS, SparseCompressor, element_count, sparse_count
 
@@ -58,14 +58,15 @@ class RandomK(SparseCompressor):
         return ctx
 
     def encode(self, flat, ctx):
-        values = flat[self.indices(ctx, flat)]
-        if ctx.info["scale"] != 1.0:
-            values *= values.dtype.type(ctx.info["scale"])
-        return (values,)
+        return (sparse_gather(flat, self.indices(ctx, flat), ctx.info["scale"]),)
 
     def decode(self, payload, ctx, flat_out):
-        flat_out.fill(0)
-        flat_out[self.indices(ctx, flat_out)] = payload[0]
+        zero_scatter(flat_out, self.indices(ctx, flat_out), payload[0])
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        return (sparse_gather_feedback(flat, residual, ctx.info["indices"], ctx.info["scale"]),)
 
     def accumulate(self, payload, ctx, out, subtract=False):
         flat = self._output(ctx, out, payload).reshape(-1)

@@ -15,7 +15,8 @@ Payload: the scale (float32) and the signs packed eight per byte
 
 Compute: one pass to pack (:func:`~mpiopt.kernels.compress.sign_pack`, a
 CUDA kernel on CuPy arrays, ``np.packbits`` on numpy ones) and a reduction for
-the scale, accumulated in float64 for either scale (the squares of float32
+the scale (the compiled CPU kernel does both in one pass; with error feedback
+``e += x`` too, then one pass for ``e -= decoded``), accumulated in float64 for either scale (the squares of float32
 values are exact in float64; a float32 sum of them was 1e-5 off at 2^22
 elements); one pass to decompress (:func:`~mpiopt.kernels.compress.sign_unpack`,
 which reads the scale where it is: no copy to the host on a GPU).  Biased
@@ -28,7 +29,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..kernels.compress import SIGN_SCALES, sign_pack, sign_scale, sign_unpack
+from ..kernels.compress import SIGN_SCALES, sign_feedback, sign_pack, sign_scale, sign_unpack
 from .base import Compressor, element_count
 
 SCALES = SIGN_SCALES
@@ -61,3 +62,9 @@ class Sign(Compressor):
     def decode(self, payload, ctx, flat_out):
         scale, packed = payload
         sign_unpack(packed, scale, ctx.size, out=flat_out)
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        packed, scale = sign_feedback(flat, residual, self.scale)
+        return scale, packed

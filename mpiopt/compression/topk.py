@@ -11,17 +11,20 @@ Payload: the values (the input's dtype) and their indices (int32, ascending):
     bytes = k (itemsize + 4)          (float32: 8 k, so below n/2 entries it saves bytes)
 
 Compute: :func:`~mpiopt.kernels.compress.topk_select`: the k-th largest
-magnitude (a linear ``partition`` on numpy, a sort on a GPU), the entries
-above it and the first of its ties, compacted in index order; decompressing
-zeroes n and scatters k, adding into a sum scatters only
-(:func:`~mpiopt.kernels.compress.scatter_add`).  Not linear: each rank picks
+magnitude (a linear ``partition`` on numpy, a sort on a GPU; compiled, one
+pass that collects the candidates above a threshold estimated from a sample,
+then a selection among them), the entries above it and the first of its ties,
+compacted in index order; decompressing zeroes n and scatters k, adding into a
+sum scatters only (:func:`~mpiopt.kernels.compress.scatter_add`).  With error
+feedback the compiled pass adds x into the residual as it collects, and the k
+selected residuals are zeroed.  Not linear: each rank picks
 its own indices.  Ties in |x| go to the lower indices, so the selection is the
 same on the CPU and the GPU.
 """
 import numpy as np
 
 from ..core.registry import register
-from ..kernels.compress import scatter_add, topk_select
+from ..kernels.compress import scatter_add, topk_feedback, topk_select, zero_scatter
 from .base import SparseCompressor, element_count, sparse_count
 
 MAX_INDEX = np.iinfo(np.int32).max
@@ -49,8 +52,12 @@ class TopK(SparseCompressor):
 
     def decode(self, payload, ctx, flat_out):
         values, indices = payload
-        flat_out.fill(0)
-        flat_out[indices] = values
+        zero_scatter(flat_out, indices, values)
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        return topk_feedback(flat, residual, ctx.info["k"])
 
     def accumulate(self, payload, ctx, out, subtract=False):
         values, indices = payload

@@ -8,28 +8,46 @@ with explicitly rounded intrinsics, no FMA contraction), so their results are
 equal bit for bit; reductions whose order differs (the sign compressor's scale,
 scatter-add with repeated indices) agree to floating-point tolerance.
 
-=====================  ============================================================  ========
-function               what                                                          twins
-=====================  ============================================================  ========
-``qsgd_norms``         float32 norm per bucket (l2: float64 sums in 16 interleaved    bitwise
+On numpy arrays a third implementation runs while
+:func:`~mpiopt.kernels.compiled.enabled` (numba installed, ``MPIOPT_NUMBA`` not
+``0``): the compiled CPU kernels of :mod:`.compress_fast`, one streaming pass
+each where the math allows, single-threaded.  The numpy twins stay as
+``*_numpy`` functions, the reference they are tested against
+(tests/test_kernels_compress_fast.py); column *fast* says how the compiled
+kernel compares to the twin.
+
+=====================  ============================================================  ========  ==========
+function               what                                                          twins     fast
+=====================  ============================================================  ========  ==========
+``qsgd_norms``         float32 norm per bucket (l2: float64 sums in 16 interleaved    bitwise   bitwise
                        lanes, a fixed order; max), times ``NORM_MARGIN``
-``qsgd_quantize``      levels ``clip(floor(x s / N + u), -s, s)``, u from Philox;     bitwise
-                       int8, or two signed nibbles per byte (4 bits)
-``qsgd_dequantize``    ``level * (N / s)``                                           bitwise
-``sign_pack``          bits of ``x >= 0``, eight per byte, first element high;       bitwise bits
-                       scale l1 ``||x||_1 / n`` or l2 ``||x||_2 / sqrt(n)``, summed   scale ~
-                       in float64
-``sign_unpack``        ``+scale`` where the bit is 1, ``-scale`` where 0             bitwise
-``topk_select``        the k largest ``|x_i|``, ties to the lower index; ascending    bitwise
+``qsgd_quantize``      levels ``clip(floor(x s / N + u), -s, s)``, u from Philox;     bitwise   bitwise
+                       int8, or two signed nibbles per byte (4 bits)                       (norms and
+                                                                                               levels in
+                                                                                               one pass)
+``qsgd_dequantize``    ``level * (N / s)``                                           bitwise   bitwise
+``sign_pack``          bits of ``x >= 0``, eight per byte, first element high;       bitwise   bits bitwise
+                       scale l1 ``||x||_1 / n`` or l2 ``||x||_2 / sqrt(n)``, summed   bits,     scale: the
+                       in float64                                                    scale ~   sum rtol
+                                                                                               1e-12
+``sign_unpack``        ``+scale`` where the bit is 1, ``-scale`` where 0             bitwise   bitwise
+``topk_select``        the k largest ``|x_i|``, ties to the lower index; ascending    bitwise   bitwise
                        int32 indices and their values
-``scatter_add``        ``out[indices] += values`` (repeated indices add up)           bitwise if unique
-``to_fp16``            IEEE half, round to nearest even; +-inf beyond 65504          bitwise (not NaN payloads)
-``from_fp16``          exact widening                                                bitwise
-``to_bf16``            ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``; NaN -> 0x7FC0  bitwise
+``scatter_add``        ``out[indices] += values`` (repeated indices add up)           bitwise   bitwise
+                                                                                     if unique (index order)
+``zero_scatter``       ``out[:] = 0; out[indices] = values`` (sparse decode)         --        bitwise
+``sparse_gather``      Random-K's ``x[indices] * scale``                             --        bitwise
+``to_fp16``            IEEE half, round to nearest even; +-inf beyond 65504          bitwise   bitwise (NaN
+                                                                                     (not NaN  payloads too)
+                                                                                     payloads)
+``from_fp16``          exact widening                                                bitwise   bitwise
+``to_bf16``            ``(bits + 0x7FFF + ((bits >> 16) & 1)) >> 16``; NaN -> 0x7FC0  bitwise   bitwise
                        with the sign; float64 first rounded to float32
-``from_bf16``          ``bits << 16`` as float32 (exact)                             bitwise
-``uniform``            the Philox stream as uniform numbers                          bitwise
-=====================  ============================================================  ========
+``from_bf16``          ``bits << 16`` as float32 (exact)                             bitwise   bitwise
+``uniform``            the Philox stream as uniform numbers                          bitwise   --
+``*_feedback``         error feedback's step ``e += x; payload = C(e); e -= decoded``  --        bitwise the
+                       for fp16, bf16, sign, Top-K, Random-K (numpy arrays only)               3 steps
+=====================  ============================================================  ========  ==========
 
 **QSGD's noise.** Element i of a buffer takes u_i = ``(w >> 8) 2^-24`` with w
 the low (even i) or high (odd i) 32 bits of word ``(i // 2) % 4`` of
@@ -45,6 +63,9 @@ import functools
 import numpy as np
 
 from ..core.backend import get_array_module
+from . import compress_fast as fast
+from . import qsgd_fast
+from .compiled import enabled
 from .loader import raw_module
 from .philox import ELEMENTS_PER_BLOCK, add_uniform, philox4x64, philox_key, philox_uniform
 
@@ -55,9 +76,10 @@ THREADS = 256
 CHUNK = 1 << 18  # elements per vectorized pass of the numpy norms (their float64 temporaries stay in cache)
 LANES = 16  # interleaved partial sums of the l2 norms (the same in compress.cu)
 
-__all__ = ["NORM_MARGIN", "from_bf16", "from_fp16", "pack_nibbles", "philox_blocks", "qsgd_dequantize",
-           "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_pack", "sign_unpack", "to_bf16", "to_fp16",
-           "topk_select", "uniform", "unpack_nibbles"]
+__all__ = ["NORM_MARGIN", "bf16_feedback", "fp16_feedback", "from_bf16", "from_fp16", "pack_nibbles",
+           "philox_blocks", "qsgd_dequantize", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
+           "sign_pack", "sign_unpack", "sparse_gather", "sparse_gather_feedback", "to_bf16", "to_fp16",
+           "topk_feedback", "topk_select", "uniform", "unpack_nibbles", "zero_scatter"]
 
 
 # -- CuPy plumbing ---------------------------------------------------------------------------------------
@@ -212,6 +234,8 @@ def qsgd_norms(x, bucket_size=512, norm="l2"):
         _launch(f"qsgd_norms_{_suffix(flat.dtype)}", buckets, flat, np.int64(n), np.int64(bucket_size),
                 np.int32(use_max), np.float64(NORM_MARGIN), norms)
         return norms
+    if enabled() and qsgd_fast.AVAILABLE:
+        return qsgd_fast.norms(flat, bucket_size, use_max)
     acc = np.empty(buckets, dtype=np.float64)
     full = n // bucket_size
     rows_per_pass = max(1, CHUNK // bucket_size)
@@ -248,6 +272,10 @@ def qsgd_quantize(x, bits=8, bucket_size=512, norm="l2", seed=0, stream_key=(), 
     flat = _flat(xp, x)
     _check_float(flat)
     n, bucket_size = flat.size, int(bucket_size)
+    if xp is np and enabled() and qsgd_fast.AVAILABLE:  # one compiled pass (norms, levels), bitwise the twin
+        if norms is None:
+            return qsgd_fast.compress(flat, bits, bucket_size, norm == "max", levels, key[0], key[1], step)
+        return norms, qsgd_fast.quantize(flat, norms, bits, bucket_size, levels, key[0], key[1], step)
     if norms is None:
         norms = qsgd_norms(flat, bucket_size, norm)
     if xp is not np:
@@ -280,6 +308,10 @@ def qsgd_dequantize(norms, stored, n, bits=8, bucket_size=512, out=None, dtype=n
         else:
             xp.copyto(flat_out, qsgd_dequantize(norms, stored, n, bits, bucket_size))
         return out
+    if enabled() and qsgd_fast.AVAILABLE and flat_out.dtype in (np.float32, np.float64) \
+            and flat_out.flags.c_contiguous:
+        qsgd_fast.dequantize(norms, stored, n, bits, bucket_size, levels, flat_out)
+        return out
     decoded_levels = stored.view(np.int8)[:n] if bits == 8 else unpack_nibbles(stored, n)
     step = (norms / np.float32(levels)).astype(flat_out.dtype)
     per_bucket(np.multiply, decoded_levels, step, int(bucket_size), flat_out)
@@ -290,24 +322,42 @@ def qsgd_dequantize(norms, stored, n, bits=8, bucket_size=512, out=None, dtype=n
 def sign_scale(x, scale="l1"):
     """The sign compressor's scale as a float32 array of one element: ``||x||_1 / n`` (the sum in float64) or
     ``||x||_2 / sqrt(n)``; 0 for an empty ``x``."""
-    if scale not in SIGN_SCALES:
-        raise ValueError(f"scale must be one of {', '.join(SIGN_SCALES)}, got {scale!r}")
+    _check_sign_scale(scale)
     xp = get_array_module(x)
     flat = _flat(xp, x)
     n = flat.size
     if not n:
         return xp.zeros(1, dtype=xp.float32)
     if xp is np:
-        if scale == "l1":
-            magnitude = float(np.abs(flat).sum(dtype=np.float64)) / n
-        else:
-            magnitude = float(np.sqrt(_sum_of_squares(np, flat))) / np.sqrt(n)
-        return np.array([magnitude], dtype=np.float32)
+        if enabled() and flat.dtype in (np.float32, np.float64):
+            return _sign_magnitude(fast.sign_pack(flat, np.empty(-(-n // 8), np.uint8), scale == "l2"), n, scale)
+        return _sign_magnitude(_sign_sum_numpy(flat, scale), n, scale)
     if scale == "l1":
         magnitude = xp.abs(flat).sum(dtype=xp.float64) / n
     else:
         magnitude = xp.sqrt(_sum_of_squares(xp, flat)) / float(np.sqrt(n))
     return magnitude.astype(xp.float32).reshape(1)
+
+
+def _check_sign_scale(scale):
+    if scale not in SIGN_SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SIGN_SCALES)}, got {scale!r}")
+
+
+def _sign_sum_numpy(flat, scale):
+    """The float64 sum of |x| (l1) or x^2 (l2) of the numpy twin (numpy's pairwise sum; CHUNK-wise dots)."""
+    if scale == "l1":
+        return float(np.abs(flat).sum(dtype=np.float64))
+    return float(_sum_of_squares(np, flat))
+
+
+def _sign_magnitude(total, n, scale):
+    """The scale (float32, one element) from the float64 ``total`` of n elements: total / n (l1) or
+    sqrt(total) / sqrt(n) (l2); 0 when n is 0."""
+    if not n:
+        return np.zeros(1, dtype=np.float32)
+    magnitude = float(total) / n if scale == "l1" else float(np.sqrt(total)) / np.sqrt(n)
+    return np.array([magnitude], dtype=np.float32)
 
 
 def _sum_of_squares(xp, flat):
@@ -326,17 +376,28 @@ def _sum_of_squares(xp, flat):
 
 def sign_pack(x, scale="l1"):
     """(the bits of ``x >= 0`` packed eight per byte, first element in the high bit, as ``np.packbits``;
-    the scale, a float32 array of one element, see :func:`sign_scale`)."""
+    the scale, a float32 array of one element, see :func:`sign_scale`).  On numpy arrays with the compiled
+    kernels: both in one pass (the scale's float64 sum in 16 interleaved lanes, which may differ from the
+    twin's pairwise sum in its last bits)."""
     xp = get_array_module(x)
     flat = _flat(xp, x)
     _check_float(flat)
-    magnitude = sign_scale(flat, scale)
     if xp is np:
-        return np.packbits(flat >= 0), magnitude
+        _check_sign_scale(scale)
+        if enabled():
+            bits = np.empty(-(-flat.size // 8), dtype=np.uint8)
+            return bits, _sign_magnitude(fast.sign_pack(flat, bits, scale == "l2"), flat.size, scale)
+        return sign_pack_numpy(flat, scale)
+    magnitude = sign_scale(flat, scale)
     n = flat.size
     bits = xp.empty(-(-n // 8), dtype=xp.uint8)
     _launch(f"sign_pack_{_suffix(flat.dtype)}", bits.size, flat, np.int64(n), bits)
     return bits, magnitude
+
+
+def sign_pack_numpy(flat, scale="l1"):
+    """The numpy twin of :func:`sign_pack` (``np.packbits``; the scale from numpy's sums)."""
+    return np.packbits(flat >= 0), _sign_magnitude(_sign_sum_numpy(flat, scale), flat.size, scale)
 
 
 def sign_unpack(bits, scale, n, out=None, dtype=np.float32):
@@ -344,20 +405,45 @@ def sign_unpack(bits, scale, n, out=None, dtype=np.float32):
     dtype), for n elements, into ``out`` or a new array.  ``scale`` stays where it is (no host copy on a GPU)."""
     xp = get_array_module(bits, scale, out)
     out, flat_out = _new_output(xp, out, n, dtype)
-    if xp is not np:
-        if flat_out.dtype in (np.float32, np.float64):
-            _launch(f"sign_unpack_{_suffix(flat_out.dtype)}", n, bits, xp.ascontiguousarray(scale, xp.float32),
-                    np.int64(n), flat_out)
+    if xp is np:
+        if enabled() and flat_out.dtype in (np.float32, np.float64):
+            fast.sign_unpack(bits, flat_out.dtype.type(scale[0]), flat_out)
         else:
-            xp.copyto(flat_out, sign_unpack(bits, scale, n))
+            sign_unpack_numpy(bits, scale, flat_out)
         return out
-    magnitude = flat_out.dtype.type(scale[0])
-    table = np.array([-magnitude, magnitude], dtype=flat_out.dtype)
-    np.take(table, np.unpackbits(bits, count=n), out=flat_out)
+    if flat_out.dtype in (np.float32, np.float64):
+        _launch(f"sign_unpack_{_suffix(flat_out.dtype)}", n, bits, xp.ascontiguousarray(scale, xp.float32),
+                np.int64(n), flat_out)
+    else:
+        xp.copyto(flat_out, sign_unpack(bits, scale, n))
     return out
 
 
-# -- Top-K and scatter-add ----------------------------------------------------------------------------------------
+def sign_unpack_numpy(bits, scale, flat_out):
+    """The numpy twin of :func:`sign_unpack`, into the flat ``flat_out`` (any floating dtype)."""
+    magnitude = flat_out.dtype.type(scale[0])
+    table = np.array([-magnitude, magnitude], dtype=flat_out.dtype)
+    np.take(table, np.unpackbits(bits, count=flat_out.size), out=flat_out)
+    return flat_out
+
+
+def sign_feedback(x, residual, scale="l1"):
+    """Error feedback's step for sign on flat numpy arrays of one dtype: ``e += x``, the payload (bits,
+    scale) of e, ``e -= decoded``.  Compiled: two passes (e += x with the bits and the scale's sum; then the
+    subtraction), bitwise the three steps of the compiled kernels; else the twins' three steps."""
+    _check_sign_scale(scale)
+    if enabled():
+        bits = np.empty(-(-x.size // 8), dtype=np.uint8)
+        magnitude = _sign_magnitude(fast.sign_pack_feedback(x, residual, bits, scale == "l2"), x.size, scale)
+        fast.sign_feedback_finish(residual, residual.dtype.type(magnitude[0]))
+        return bits, magnitude
+    residual += x
+    bits, magnitude = sign_pack_numpy(residual, scale)
+    residual -= sign_unpack_numpy(bits, magnitude, np.empty_like(residual))
+    return bits, magnitude
+
+
+# -- Top-K, Random-K and scatter-add ------------------------------------------------------------------------------
 def _magnitude_keys(flat):
     """|x| as unsigned integers (the bits without the sign): ordered as the magnitudes, NaN above inf."""
     if flat.dtype == np.float32:
@@ -370,7 +456,9 @@ def topk_select(x, k):
 
     Magnitudes compare as the bits of |x| (so NaN ranks above inf and -0 ties
     +0); ties at the k-th magnitude go to the lower indices, so the selection
-    is a function of x alone, the same on both backends."""
+    is a function of x alone, the same on both backends (and the compiled
+    kernel's, which estimates the threshold from a sample and selects among
+    the candidates above it: :func:`~.compress_fast.topk`)."""
     xp = get_array_module(x)
     flat = _flat(xp, x)
     _check_float(flat)
@@ -384,14 +472,9 @@ def topk_select(x, k):
         return flat.copy(), indices
     if k == 0:
         return xp.empty(0, dtype=flat.dtype), xp.empty(0, dtype=xp.int32)
-    keys = _magnitude_keys(flat)
     if xp is np:
-        threshold = np.partition(keys, n - k)[n - k]
-        take = keys > threshold
-        ties = np.flatnonzero(keys == threshold)[:k - np.count_nonzero(take)]
-        take[ties] = True
-        indices = np.flatnonzero(take).astype(np.int32)
-        return flat[indices], indices
+        return fast.topk(flat, k) if enabled() else topk_select_numpy(flat, k)
+    keys = _magnitude_keys(flat)
     threshold = xp.sort(keys)[n - k]                # the k-th largest key, kept on the device
     take = keys > threshold
     need = k - xp.count_nonzero(take)               # ties to take, lowest indices first
@@ -403,6 +486,80 @@ def topk_select(x, k):
     return values, indices
 
 
+def topk_select_numpy(flat, k):
+    """The numpy twin of :func:`topk_select` for 0 < k < n (a linear ``np.partition`` of the keys)."""
+    keys = _magnitude_keys(flat)
+    n = flat.size
+    threshold = np.partition(keys, n - k)[n - k]
+    take = keys > threshold
+    ties = np.flatnonzero(keys == threshold)[:k - np.count_nonzero(take)]
+    take[ties] = True
+    indices = np.flatnonzero(take).astype(np.int32)
+    return flat[indices], indices
+
+
+def topk_feedback(x, residual, k):
+    """Error feedback's step for Top-K on flat numpy arrays of one dtype: ``e += x``, the top k of e
+    (values, indices), ``e[indices] -= values`` (zeros, NaN where e was inf or NaN).  Compiled: e += x in
+    the pass that collects the candidates, bitwise the three steps; else the twins' three steps."""
+    if enabled() and 0 < k < x.size:
+        return fast.topk(x, k, residual)
+    residual += x
+    values, indices = topk_select(residual, k)
+    scatter_add(residual, indices, values, subtract=True)
+    return values, indices
+
+
+def _checked_indices(indices, n):
+    """``indices`` as an integer array, with numpy's IndexError for one outside [-n, n) (compiled paths)."""
+    indices = np.asarray(indices)
+    if indices.dtype.kind not in "iu":
+        raise IndexError("arrays used as indices must be of integer type")
+    bad = fast.first_bad_index(indices.reshape(-1), n)
+    if bad >= 0:
+        raise IndexError(f"index {indices.reshape(-1)[bad]} is out of bounds for axis 0 with size {n}")
+    return indices.reshape(-1)
+
+
+def zero_scatter(flat_out, indices, values):
+    """``flat_out[:] = 0; flat_out[indices] = values``: the decode of Top-K and Random-K (numpy or CuPy;
+    one compiled pass on float32/float64 numpy arrays)."""
+    if get_array_module(flat_out) is np and enabled() and flat_out.dtype in (np.float32, np.float64):
+        fast.zero_scatter(flat_out, _checked_indices(indices, flat_out.size), values)
+    else:
+        flat_out.fill(0)
+        flat_out[indices] = values
+    return flat_out
+
+
+def sparse_gather(flat, indices, scale=1.0):
+    """Random-K's values ``flat[indices]``, times ``scale`` (in flat's dtype) unless it is 1 (numpy or CuPy;
+    one compiled loop on numpy arrays)."""
+    if get_array_module(flat) is np and enabled():
+        values = np.empty(indices.size, dtype=flat.dtype)
+        fast.gather(flat, _checked_indices(indices, flat.size), flat.dtype.type(scale), scale != 1.0, values)
+        return values
+    values = flat[indices]
+    if scale != 1.0:
+        values *= values.dtype.type(scale)
+    return values
+
+
+def sparse_gather_feedback(x, residual, indices, scale=1.0):
+    """Error feedback's step for Random-K on flat numpy arrays (``indices`` unique): ``e += x``, the values
+    :func:`sparse_gather` of e, ``e[indices] -= values``; compiled: the gather and the subtraction in one
+    loop over the k indices, bitwise the three steps."""
+    residual += x
+    if enabled():
+        values = np.empty(indices.size, dtype=residual.dtype)
+        fast.gather_feedback(residual, _checked_indices(indices, residual.size), residual.dtype.type(scale),
+                             scale != 1.0, values)
+        return values
+    values = sparse_gather(residual, indices, scale)
+    scatter_add(residual, indices, values, subtract=True)
+    return values
+
+
 def scatter_add(out, indices, values, subtract=False):
     """``out[indices] += values`` (``-=`` with ``subtract``), repeated indices adding up (``np.add.at``);
     ``out`` is a contiguous array, addressed flat; ``values`` are first cast to its dtype.  Returns ``out``."""
@@ -412,7 +569,10 @@ def scatter_add(out, indices, values, subtract=False):
     flat = out.reshape(-1)
     values = values.astype(flat.dtype, copy=False)
     if xp is np:
-        (np.subtract if subtract else np.add).at(flat, indices, values)
+        if enabled() and flat.dtype in (np.float32, np.float64):
+            fast.scatter_add(flat, _checked_indices(indices, flat.size), values.reshape(-1), -1 if subtract else 1)
+        else:
+            scatter_add_numpy(flat, indices, values, subtract)
         return out
     if subtract:
         values = -values
@@ -426,6 +586,12 @@ def scatter_add(out, indices, values, subtract=False):
     return out
 
 
+def scatter_add_numpy(flat, indices, values, subtract=False):
+    """The numpy twin of :func:`scatter_add` (``np.add.at``; values already of flat's dtype)."""
+    (np.subtract if subtract else np.add).at(flat, indices, values)
+    return flat
+
+
 # -- fp16 and bf16 -------------------------------------------------------------------------------------------------
 def to_fp16(x):
     """IEEE half of ``x`` (float32 or float64, rounded once to nearest even), as float16; beyond 65504: +-inf."""
@@ -433,24 +599,60 @@ def to_fp16(x):
     flat = _flat(xp, x)
     _check_float(flat)
     if xp is np:
-        with np.errstate(over="ignore"):  # beyond 65504: inf, as documented
-            return flat.astype(np.float16)
+        if enabled():
+            out = np.empty(flat.size, dtype=np.float16)
+            (fast.to_fp16_f32 if flat.dtype == np.float32 else fast.to_fp16_f64)(flat, out.view(np.uint16))
+            return out
+        return to_fp16_numpy(flat)
     out = xp.empty(flat.size, dtype=xp.float16)
     _launch(f"to_fp16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
     return out
+
+
+def to_fp16_numpy(flat):
+    """The numpy twin of :func:`to_fp16` (a cast)."""
+    with np.errstate(over="ignore"):  # beyond 65504: inf, as documented
+        return flat.astype(np.float16)
 
 
 def from_fp16(halves, out=None, dtype=np.float32):
     """The values of float16 ``halves`` (exact), into ``out`` or a new array of ``dtype``."""
     xp = get_array_module(halves, out)
     out, flat_out = _new_output(xp, out, halves.size, dtype)
-    if xp is not np and flat_out.dtype in (np.float32, np.float64):
+    if xp is np:
+        if enabled() and flat_out.dtype in (np.float32, np.float64) and halves.dtype == np.float16:
+            (fast.from_fp16_f32 if flat_out.dtype == np.float32 else fast.from_fp16_f64)(
+                _flat(np, halves).view(np.uint16), flat_out)
+        else:
+            from_fp16_numpy(halves, flat_out)
+    elif flat_out.dtype in (np.float32, np.float64):
         _launch(f"from_fp16_{_suffix(flat_out.dtype)}", halves.size, xp.ascontiguousarray(halves), flat_out,
                 np.int64(halves.size))
     else:
         with np.errstate(invalid="ignore"):  # widening a signalling NaN
             xp.copyto(flat_out, halves.reshape(-1))
     return out
+
+
+def from_fp16_numpy(halves, flat_out):
+    """The numpy twin of :func:`from_fp16`, into the flat ``flat_out`` (a cast)."""
+    with np.errstate(invalid="ignore"):  # widening a signalling NaN
+        np.copyto(flat_out, halves.reshape(-1))
+    return flat_out
+
+
+def fp16_feedback(x, residual):
+    """Error feedback's step for fp16 on flat numpy arrays of one dtype: ``e += x``, the float16 payload of
+    e, ``e -= float(payload)``: one compiled pass (bitwise the three steps), or the twins' three steps."""
+    if enabled():
+        halves = np.empty(x.size, dtype=np.float16)
+        (fast.fp16_feedback_f32 if x.dtype == np.float32 else fast.fp16_feedback_f64)(
+            x, residual, halves.view(np.uint16))
+        return halves
+    residual += x
+    halves = to_fp16_numpy(residual)
+    residual -= from_fp16_numpy(halves, np.empty_like(residual))
+    return halves
 
 
 def to_bf16(x):
@@ -463,6 +665,15 @@ def to_bf16(x):
         out = xp.empty(flat.size, dtype=xp.uint16)
         _launch(f"to_bf16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
         return out
+    if enabled() and flat.dtype in (np.float32, np.float64):
+        out = np.empty(flat.size, dtype=np.uint16)
+        fast.to_bf16(flat, out)
+        return out
+    return to_bf16_numpy(flat)
+
+
+def to_bf16_numpy(flat):
+    """The numpy twin of :func:`to_bf16` (a few integer passes)."""
     with np.errstate(over="ignore"):  # float64 beyond float32's range: +-inf
         bits = np.ascontiguousarray(flat, dtype=np.float32).view(np.uint32)
     rounded = (bits >> 16) & np.uint32(1)
@@ -480,12 +691,35 @@ def from_bf16(bits, out=None, dtype=np.float32):
     """The float32 values of uint16 bfloat16 bit patterns (exact), into ``out`` or a new array of ``dtype``."""
     xp = get_array_module(bits, out)
     out, flat_out = _new_output(xp, out, bits.size, dtype)
-    if xp is not np and flat_out.dtype in (np.float32, np.float64):
+    if xp is np and enabled() and flat_out.dtype in (np.float32, np.float64) and bits.dtype == np.uint16:
+        fast.from_bf16(_flat(np, bits), flat_out)
+    elif xp is not np and flat_out.dtype in (np.float32, np.float64):
         _launch(f"from_bf16_{_suffix(flat_out.dtype)}", bits.size, xp.ascontiguousarray(bits), flat_out,
                 np.int64(bits.size))
-        return out
+    else:
+        from_bf16_numpy(bits, flat_out)
+    return out
+
+
+def from_bf16_numpy(bits, flat_out):
+    """The numpy twin of :func:`from_bf16`, into the flat ``flat_out`` (also the CuPy path to outputs of
+    other dtypes)."""
+    xp = get_array_module(flat_out)
     wide = bits.reshape(-1).astype(xp.uint32)
     wide <<= 16
     with np.errstate(invalid="ignore"):  # widening a signalling NaN
         xp.copyto(flat_out, wide.view(xp.float32))
-    return out
+    return flat_out
+
+
+def bf16_feedback(x, residual):
+    """Error feedback's step for bf16 on flat numpy arrays of one dtype: ``e += x``, the bfloat16 payload of
+    e, ``e -= float(payload)``: one compiled pass (bitwise the three steps), or the twins' three steps."""
+    if enabled():
+        patterns = np.empty(x.size, dtype=np.uint16)
+        fast.bf16_feedback(x, residual, patterns)
+        return patterns
+    residual += x
+    patterns = to_bf16_numpy(residual)
+    residual -= from_bf16_numpy(patterns, np.empty_like(residual))
+    return patterns

@@ -85,6 +85,7 @@ from ..core import registry
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.options import NO_OPTIONS
 from ..core.partition import offsets
+from ..kernels import halves
 from . import device
 from .traffic import ring_allgather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
 
@@ -93,6 +94,13 @@ DTYPE_CODES = {np.dtype(t): code for code, t in enumerate(DTYPES, start=1)}
 OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "mean": np.add}
 OP_CODES = {name: code for code, name in enumerate(OPS, start=1)}
 UFUNC_OPS = {np.add: "sum", np.maximum: "max", np.minimum: "min"}  # a hook's ufunc -> the op's name
+
+
+def combiner(ufunc, dtype):
+    """What a hand-written reducer calls as ``combine(a, b, out=...)`` for ``ufunc`` on ``dtype``: the ufunc,
+    or for a float16 sum :func:`mpiopt.kernels.halves.add` (compiled, numpy's float16 sum bit for bit; numpy
+    adds halves one element at a time in software, slower than the wire it saves)."""
+    return halves.add if ufunc is np.add and np.dtype(dtype) == np.float16 else ufunc
 
 
 def as_bytes(array):

@@ -33,7 +33,7 @@ from ..core.comm import check_collectively
 from ..core.partition import offsets
 from ..core.options import Option, Options
 from ..core.registry import register
-from .base import UFUNC_OPS, Reducer
+from .base import UFUNC_OPS, Reducer, combiner
 from .ring import RingReducer
 
 BLOCK_BYTES = 256 << 10  # reduce and fan out in cache-sized blocks
@@ -145,12 +145,13 @@ class HierarchicalReducer(Reducer):
         slots.sync()
         bounds = offsets(count, self.local_size)
         block = max(1, BLOCK_BYTES // np.dtype(dtype).itemsize)
+        combine = combiner(ufunc, dtype)
         for lo in range(bounds[self.local_rank], bounds[self.local_rank + 1], block):
             hi = min(lo + block, bounds[self.local_rank + 1])
             total = typed[self.local_rank, lo:hi]
             for slot in range(self.local_size):
                 if slot != self.local_rank:
-                    ufunc(total, typed[slot, lo:hi], out=total)
+                    combine(total, typed[slot, lo:hi], out=total)
             for slot in range(self.local_size):
                 if slot != self.local_rank:
                     typed[slot, lo:hi] = total

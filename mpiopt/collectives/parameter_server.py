@@ -33,7 +33,7 @@ from ..core.partition import offsets
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import tags
-from .base import Reducer, as_bytes
+from .base import Reducer, as_bytes, combiner
 
 
 def wire(array):
@@ -78,6 +78,7 @@ class ShardedParameterServerReducer(Reducer):
         rank's part lands in ``out``, which holds elements ``start`` onwards."""
         ranges = offsets(source.size, len(self.servers))
         mine_low, mine_high = wanted(self.rank)
+        ufunc = combiner(ufunc, source.dtype)
         requests = []
         for shard, server in enumerate(self.servers):
             low, high = ranges[shard], ranges[shard + 1]

@@ -46,7 +46,7 @@ from mpi4py import MPI
 
 from ..core.registry import register
 from . import tags
-from .base import Reducer, as_bytes
+from .base import Reducer, as_bytes, combiner
 
 
 def wire(array):
@@ -92,6 +92,7 @@ class RecursiveDoublingReducer(Reducer):
     # -- all-reduce --------------------------------------------------------
     def _allreduce_inplace(self, buffer, ufunc):
         r, remainder = self.rank, self.remainder
+        ufunc = combiner(ufunc, buffer.dtype)
         incoming = self.scratch("rd", buffer.size, buffer.dtype)
         wire_buffer, wire_incoming = wire(buffer), wire(incoming)
         # Fold: among ranks 0 .. 2 rem - 1, even ranks hand their data to the odd rank above.
@@ -121,6 +122,7 @@ class RecursiveDoublingReducer(Reducer):
     # -- reduce-scatter: recursive halving ---------------------------------
     def _reduce_scatter_into(self, source, out, bounds, ufunc):
         r = self.rank
+        ufunc = combiner(ufunc, source.dtype)
         mine = slice(bounds[r], bounds[r + 1])
         if self._folded():
             self.comm.Send(wire(source), r + 1, tags.RD_FOLD)

@@ -30,7 +30,8 @@ CHUNK = 2048  # elements summed into a float32 buffer, then rounded: the two loo
 def add(a, b, out):
     """``out = a + b`` for float16 arrays (contiguous, the same size; ``out`` may be ``a`` or ``b``), as
     ``np.add``; compiled when :func:`.compiled.enabled`.  Returns ``out``."""
-    if compiled.enabled() and a.dtype == b.dtype == out.dtype == np.float16 and a.size == b.size == out.size \
+    if compiled.enabled() and type(a) is type(b) is type(out) is np.ndarray \
+            and a.dtype == b.dtype == out.dtype == np.float16 and a.size == b.size == out.size \
             and a.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous:
         _add_compiled(a.reshape(-1).view(np.uint16), b.reshape(-1).view(np.uint16),
                       out.reshape(-1).view(np.uint16), _widened())

@@ -4,20 +4,33 @@
 
 For each message size (from -b to -e, multiplied by -f) every reducer runs -w
 untimed and -n timed all-reduces, one after the other, so they are compared in
-the same run.  Each timed call starts after a barrier; its time is the slowest
-rank's, and the row reports the median over the calls:
+the same run, under one or both timing conventions (``--convention``, default
+``both``: each size is timed under OSU's, then under nccl-tests', every
+reducer in turn):
 
-    size(B) count type redop reducer time(us) algbw(GB/s) busbw(GB/s) #wrong vs_mpi model(us)
+``osu``
+    Each timed call starts after a barrier; its time is the slowest rank's, and
+    the row reports the median over the calls (osu_allreduce reports a mean).
+``back-to-back``
+    nccl-tests' way: after the warm-up, one barrier, then the calls back to
+    back with hot buffers (no barrier between them, so a rank may start the
+    next call while its neighbours finish this one); the time is the slowest
+    rank's total divided by the number of calls.
+
+    size(B) count type redop reducer conv time(us) algbw(GB/s) busbw(GB/s) #wrong vs_mpi model(us)
 
 algbw = size / time; busbw = algbw x 2 (p-1)/p, the bytes each rank must move
 (nccl-tests' convention), so busbw is comparable across rank counts.  #wrong
 counts elements that differ from the exact answer in a separate, untimed call
 whose data are small integers (exact in every dtype).  vs_mpi = MPI_Allreduce's
-time / this reducer's time (above 1: faster than MPI).  model is the
+time / this reducer's time under the same convention (above 1: faster than MPI).  model is the
 alpha-beta-gamma prediction with alpha, beta fitted by a ping-pong and gamma, c
 by timing a local add and copy, all in this run.
-Output: the table, a summary against the targets, JSON (--output) and a plot
-of busbw against size (--plot).
+Output: the table (column conv: osu or b2b), a summary against the targets (the
+ring's target on the OSU convention's rows when they were timed) and, per
+convention, the ring reducers' ratio to MPI from 1 MiB (median and worst),
+JSON (--output; each row has its ``convention``) and a plot of busbw against
+size (--plot; solid lines OSU, dashed back-to-back).
 """
 import argparse
 import os
@@ -46,6 +59,10 @@ def parse_args(argv=None):
     parser.add_argument("--reducers", default="mpi,ring,ring-seg,rd,hier,hier-shm,ps,ps-sharded,auto",
                         help="comma-separated reducer names (mpi is always included as the baseline); "
                              "hier-shm is hier on a buffer from its shared_buffer(), reduced in place")
+    parser.add_argument("--convention", default="both", choices=["osu", "back-to-back", "both"],
+                        help="osu: a barrier before each timed call, the median of the slowest rank's times; "
+                             "back-to-back: the calls back to back, the slowest rank's total / iterations "
+                             "(nccl-tests); both (default): each size under both")
     parser.add_argument("--output", default="results/allreduce.json")
     parser.add_argument("--plot", help="PNG file: busbw against size, one line per reducer")
     return parser.parse_args(argv)
@@ -74,7 +91,8 @@ def main(argv=None):
         f"{args.iters} iterations ({args.warmup_iters} warm-up)")
     say(f"# fitted: alpha = {alpha * 1e6:.2f} us, beta = {beta * 1e9:.3f} ns/B ({1 / beta / 1e9 if beta else 0:.2f} GB/s), "
         f"gamma = {gamma * 1e9:.3f} ns/B, copy = {copy * 1e9:.3f} ns/B")
-    header = (f"{'size(B)':>10} {'count':>10} {'type':>8} {'redop':>5} {'reducer':>10} {'time(us)':>11} "
+    conventions = CONVENTIONS[args.convention]
+    header = (f"{'size(B)':>10} {'count':>10} {'type':>8} {'redop':>5} {'reducer':>10} {'conv':>4} {'time(us)':>11} "
               f"{'algbw(GB/s)':>11} {'busbw(GB/s)':>11} {'#wrong':>6} {'vs_mpi':>7} {'model(us)':>10}")
     say(header)
 
@@ -85,29 +103,33 @@ def main(argv=None):
         sendbuf = (pattern * dtype.type(rank + 1)).astype(dtype)
         recvbuf = np.empty_like(sendbuf)
         expected = expected_result(pattern, p, args.op)
-        mpi_time = None
-        for name, reducer in reducers.items():
-            call = Call(name, reducer, sendbuf, recvbuf, args.op)
-            seconds, iterations = time_call(comm, args, call)
-            recvbuf[...] = 0
-            call.prepare()
-            call.run()
-            wrong = comm.allreduce(int(np.count_nonzero(call.output != expected)))
-            call.release()
-            if name == "mpi":
-                mpi_time = seconds
-            algbw = nbytes / seconds / 1e9
-            busbw = algbw * (2 * (p - 1) / p if p > 1 else 1.0)
-            model_name, model_options = reducer_model(name, reducer, nbytes)
-            model = predict(model_name, p, nbytes, alpha, beta, gamma, copy, nodes, **model_options)
-            row = {"size": nbytes, "count": count, "type": args.datatype, "redop": args.op, "reducer": name,
-                   "time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw, "wrong": wrong,
-                   "vs_mpi": mpi_time / seconds, "model_us": None if model is None else model * 1e6,
-                   "iterations": iterations}
-            rows.append(row)
-            say(f"{nbytes:>10} {count:>10} {args.datatype:>8} {args.op:>5} {name:>10} {row['time_us']:>11.2f} "
-                f"{algbw:>11.3f} {busbw:>11.3f} {wrong:>6} {row['vs_mpi']:>7.2f} "
-                f"{'-' if model is None else f'{model * 1e6:.2f}':>10}")
+        wrongs = {}
+        for convention in conventions:
+            mpi_time = None
+            for name, reducer in reducers.items():
+                call = Call(name, reducer, sendbuf, recvbuf, args.op)
+                seconds, iterations = time_call(comm, args, call, convention)
+                if name not in wrongs:  # checked once per size, after the first convention's timing
+                    recvbuf[...] = 0
+                    call.prepare()
+                    call.run()
+                    wrongs[name] = comm.allreduce(int(np.count_nonzero(call.output != expected)))
+                call.release()
+                wrong = wrongs[name]
+                if name == "mpi":
+                    mpi_time = seconds
+                algbw = nbytes / seconds / 1e9
+                busbw = algbw * (2 * (p - 1) / p if p > 1 else 1.0)
+                model_name, model_options = reducer_model(name, reducer, nbytes)
+                model = predict(model_name, p, nbytes, alpha, beta, gamma, copy, nodes, **model_options)
+                row = {"size": nbytes, "count": count, "type": args.datatype, "redop": args.op, "reducer": name,
+                       "convention": convention, "time_us": seconds * 1e6, "algbw": algbw, "busbw": busbw,
+                       "wrong": wrong, "vs_mpi": mpi_time / seconds,
+                       "model_us": None if model is None else model * 1e6, "iterations": iterations}
+                rows.append(row)
+                say(f"{nbytes:>10} {count:>10} {args.datatype:>8} {args.op:>5} {name:>10} "
+                    f"{SHORT[convention]:>4} {row['time_us']:>11.2f} {algbw:>11.3f} {busbw:>11.3f} {wrong:>6} "
+                    f"{row['vs_mpi']:>7.2f} {'-' if model is None else f'{model * 1e6:.2f}':>10}")
     for reducer in reducers.values():
         reducer.close()
 
@@ -116,12 +138,17 @@ def main(argv=None):
         print_summary(summary, names)
     write_result(comm, args.output, {"benchmark": "allreduce", "ranks": p, "nodes": nodes, "datatype": args.datatype,
                                      "op": args.op, "iters": args.iters, "warmup_iters": args.warmup_iters,
+                                     "conventions": list(conventions),
                                      "fitted": {"alpha": alpha, "beta": beta, "gamma": gamma, "copy": copy},
                                      "rows": rows, "summary": summary})
     if rank == 0 and args.plot:
         plot(rows, names, p, args)
         print(f"# plot written to {args.plot}")
     return 0
+
+
+CONVENTIONS = {"osu": ("osu",), "back-to-back": ("back-to-back",), "both": ("osu", "back-to-back")}
+SHORT = {"osu": "osu", "back-to-back": "b2b"}
 
 
 def message_sizes(args, dtype):
@@ -145,9 +172,11 @@ def expected_result(pattern, p, op):
     return np.asarray(expected)
 
 
-def time_call(comm, args, call):
-    """(the median over the ranks' slowest of each timed call, in seconds, the number of timed calls),
-    after --warmup_iters untimed ones."""
+def time_call(comm, args, call, convention="osu"):
+    """(seconds per call, the number of timed calls) under ``convention``, after --warmup_iters untimed
+    calls: ``osu``, the median over the calls of the slowest rank's time, each call after a barrier;
+    ``back-to-back``, the slowest rank's time for all the calls run back to back after one barrier, divided
+    by their number."""
     import numpy as np
     from mpi4py import MPI
     for _ in range(args.warmup_iters):
@@ -162,6 +191,15 @@ def time_call(comm, args, call):
     # does) so a passing disturbance cannot move the median; fewer (>= 3) past --max-seconds.
     iterations = max(args.iters, min(1000, int(0.05 / max(estimate, 1e-9))))
     iterations = max(3, min(iterations, int(args.max_seconds / max(estimate, 1e-9))))
+    if convention == "back-to-back":
+        call.prepare()
+        with np.errstate(over="ignore", invalid="ignore"):  # hier-shm reduces its own result again and again
+            comm.Barrier()
+            began = time.perf_counter()
+            for _ in range(iterations):
+                call.run()
+            total = time.perf_counter() - began
+        return comm.allreduce(total, op=MPI.MAX) / iterations, iterations
     times = np.empty(iterations)
     for i in range(iterations):
         call.prepare()
@@ -207,27 +245,42 @@ def reducer_model(name, reducer, nbytes):
 
 
 def summarize(rows, names, p):
-    """Average busbw per reducer and the three targets of the issue, as medians of per-size ratios."""
-    def ratios(reducer, key, minimum=0, maximum=float("inf")):
-        return [r["vs_mpi"] for r in rows if r["reducer"] == reducer and minimum <= r["size"] <= maximum]
+    """Average busbw per reducer, the three targets of the issue (medians of per-size ratios; on the OSU
+    convention's rows when they were timed) and, per convention, the ring reducers' ratios to MPI from 1 MiB."""
+    conventions = list(dict.fromkeys(r.get("convention", "osu") for r in rows))
+    main = "osu" if "osu" in conventions else (conventions[0] if conventions else "osu")
 
-    summary = {"average_busbw": {name: statistics.mean(r["busbw"] for r in rows if r["reducer"] == name)
+    def ratios(reducer, minimum=0, maximum=float("inf"), convention=main):
+        return [r["vs_mpi"] for r in rows if r["reducer"] == reducer and minimum <= r["size"] <= maximum
+                and r.get("convention", "osu") == convention]
+
+    summary = {"average_busbw": {name: statistics.mean(r["busbw"] for r in rows if r["reducer"] == name
+                                                       and r.get("convention", "osu") == main)
                                  for name in names},
-               "wrong": sum(r["wrong"] for r in rows)}
+               "convention": main,
+               "wrong": sum(r["wrong"] for r in rows if r.get("convention", "osu") == main)}
     targets = {}
-    if "ring" in names and ratios("ring", "vs_mpi", 1 << 20):
-        values = ratios("ring", "vs_mpi", 1 << 20)
+    if "ring" in names and ratios("ring", 1 << 20):
+        values = ratios("ring", 1 << 20)
         targets["ring_busbw_vs_mpi_from_1MiB"] = {"median": statistics.median(values), "min": min(values),
                                                   "target": 1.0}
-    if "rd" in names and ratios("rd", "vs_mpi", 0, 8):
-        latency = ratios("rd", "vs_mpi", 0, 8)[0]
+    if "rd" in names and ratios("rd", 0, 8):
+        latency = ratios("rd", 0, 8)[0]
         targets["rd_latency_vs_mpi_at_8B"] = {"value": 1 / latency, "target": 2.5}
     for name in ("hier", "hier-shm"):
-        if name in names and ratios(name, "vs_mpi", 16 << 20):
-            values = ratios(name, "vs_mpi", 16 << 20)
+        if name in names and ratios(name, 16 << 20):
+            values = ratios(name, 16 << 20)
             targets[f"{name}_busbw_vs_mpi_from_16MiB"] = {"median": statistics.median(values), "min": min(values),
                                                           "target": 2.0}
     summary["targets"] = targets
+    per_convention = {}
+    for convention in conventions:
+        for name in ("ring", "ring-seg"):
+            values = ratios(name, 1 << 20, convention=convention)
+            if name in names and values:
+                per_convention.setdefault(convention, {})[name] = {
+                    "median": statistics.median(values), "min": min(values), "sizes": len(values)}
+    summary["vs_mpi_from_1MiB"] = per_convention
     return summary
 
 
@@ -242,6 +295,10 @@ def print_summary(summary, names):
         else:
             verdict = "met" if entry["value"] <= entry["target"] else "MISSED"
             print(f"# {key}: {entry['value']:.2f}x MPI's latency (target <= {entry['target']}x): {verdict}")
+    for convention, entries in summary.get("vs_mpi_from_1MiB", {}).items():
+        for name, entry in entries.items():
+            print(f"# {name} vs MPI from 1 MiB, {convention}: median {entry['median']:.2f}x, "
+                  f"worst {entry['min']:.2f}x ({entry['sizes']} sizes)")
 
 
 def plot(rows, names, p, args):
@@ -249,9 +306,17 @@ def plot(rows, names, p, args):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, axes = plt.subplots(figsize=(8, 5))
-    for name in names:
-        points = [(r["size"], r["busbw"]) for r in rows if r["reducer"] == name]
-        axes.plot(*zip(*points), marker=".", label=name, linewidth=2.5 if name == "mpi" else 1.2)
+    conventions = list(dict.fromkeys(r.get("convention", "osu") for r in rows))
+    for convention in conventions:
+        for index, name in enumerate(names):
+            points = [(r["size"], r["busbw"]) for r in rows
+                      if r["reducer"] == name and r.get("convention", "osu") == convention]
+            if not points:
+                continue
+            label = name if len(conventions) == 1 else f"{name} ({SHORT[convention]})"
+            axes.plot(*zip(*points), marker=".", label=label, color=f"C{index}",
+                      linestyle="--" if convention == "back-to-back" else "-",
+                      linewidth=2.5 if name == "mpi" else 1.2)
     axes.set_xscale("log", base=2)
     axes.set_yscale("log")
     axes.set_xlabel("message size (bytes)")

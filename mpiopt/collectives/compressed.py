@@ -71,6 +71,8 @@ and the two-pass all-to-all), as :mod:`.device` describes.  Payloads are
 summed (``allreduce`` mode) by the inner reducer's host algorithm on the staged
 copies, so a CuPy call moves and adds the same bytes as a numpy one.
 """
+from itertools import accumulate
+
 import numpy as np
 from mpi4py import MPI
 
@@ -259,25 +261,40 @@ class CompressedReducer(Reducer):
         return tensors
 
     # -- the paths --------------------------------------------------------------
-    def _sum(self, payload_array):
-        """The sum over ranks of one linear payload array, by the inner reducer's algorithm, in place."""
-        self.inner.reduce_into(payload_array, payload_array, "sum")
+    def _sum(self, payload_array, slot=0):
+        """The sum over ranks of one linear payload array, by the inner reducer's algorithm, into this
+        reducer's buffer ``slot`` (reused call after call, so the inner reducer's plan for it is too; valid
+        until the next call); the payload is left as it was."""
+        total = self._scratch(("payload-sum", slot), payload_array.size, payload_array.dtype,
+                              get_array_module(payload_array))
+        self.inner.reduce_into(payload_array, total, "sum")
         self._count(ring_allreduce_bytes(payload_array.size, payload_array.itemsize, self.size, self.rank))
-        return payload_array
+        return total
 
-    def _gather_payloads(self, packed, block_bytes):
-        """Every rank's packed payload (rank r's is ``block_bytes[r]`` bytes), concatenated in rank order."""
-        bounds = np.concatenate([[0], np.cumsum(block_bytes)]).astype(np.int64).tolist()
+    def _gather_payloads(self, parts, block_bytes, xp=np):
+        """Every rank's payload (rank r's is ``block_bytes[r]`` bytes; this rank's the arrays ``parts``, packed
+        in place), concatenated in rank order in this reducer's buffer (valid until the next call), and the
+        blocks' bounds."""
+        bounds = [0, *accumulate(int(n) for n in block_bytes)]
+        gathered = self._scratch("payloads", bounds[-1], np.uint8, xp)
+        pack(parts, out=gathered[bounds[self.rank]:bounds[self.rank + 1]])
         self._count(ring_allgather_bytes(block_bytes, self.rank))
-        return self.inner.gather(packed, bounds), bounds
+        self.inner.gather_into(gathered, bounds)
+        return gathered, bounds
 
-    def _sum_together(self, payload_arrays):
+    def _sum_together(self, payload_arrays, round_=0):
         """The sums over ranks of several linear payload arrays, by one all-reduce of their concatenation
-        (one message per step, as for one buffer); returned in order, as views of that sum."""
+        (one message per step, as for one buffer); returned in order, as views of that sum (this reducer's
+        buffers of round ``round_``, valid until the next call)."""
         if len(payload_arrays) == 1 or len({array.dtype for array in payload_arrays}) > 1:
-            return [self._sum(array) for array in payload_arrays]
-        joined = self._sum(get_array_module(*payload_arrays).concatenate(payload_arrays))
-        bounds = np.cumsum([0] + [array.size for array in payload_arrays]).tolist()
+            return [self._sum(array, (round_, index)) for index, array in enumerate(payload_arrays)]
+        bounds = [0, *accumulate(array.size for array in payload_arrays)]
+        joined = self._scratch(("payload-sum", round_, "joined"), bounds[-1], payload_arrays[0].dtype,
+                               get_array_module(*payload_arrays))
+        for array, start, stop in zip(payload_arrays, bounds[:-1], bounds[1:]):
+            joined[start:stop] = array.reshape(-1)
+        self.inner.reduce_into(joined, joined, "sum")
+        self._count(ring_allreduce_bytes(joined.size, joined.itemsize, self.size, self.rank))
         return [joined[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
 
     def _allreduce_path(self, tensors, step):
@@ -295,7 +312,7 @@ class CompressedReducer(Reducer):
                 else:
                     second.append((state, out, compressor.compress_q(p_sum, state)[0]))
             if second:
-                for (state, out, _), q_sum in zip(second, self._sum_together([q for _, _, q in second])):
+                for (state, out, _), q_sum in zip(second, self._sum_together([q for _, _, q in second], 1)):
                     compressor.decompress_q(q_sum, state, out)
             return
         compressed = [compressor.compress(x, name, step) for x, _, name in tensors]
@@ -316,8 +333,8 @@ class CompressedReducer(Reducer):
         """Every rank's payloads of all the tensors, packed one after the other and all-gathered at once."""
         compressed = [self.compressor.compress(x, name, step) for x, _, name in tensors]
         sizes = [ctx.payload_bytes for _, ctx in compressed]
-        packed = pack(tuple(part for payload, _ in compressed for part in payload))
-        gathered, bounds = self._gather_payloads(packed, [sum(sizes)] * self.size)
+        gathered, bounds = self._gather_payloads(tuple(part for payload, _ in compressed for part in payload),
+                                                 [sum(sizes)] * self.size, get_array_module(tensors[0][0]))
         start = 0
         for (_, out, _), (payload, ctx), size in zip(tensors, compressed, sizes):
             payloads = (payload if rank == self.rank else
@@ -334,11 +351,12 @@ class CompressedReducer(Reducer):
         sizes = [ctx.payload_bytes for _, ctx in worker]
         mine = sizes[rank]
         xp = get_array_module(x)
-        received = xp.empty(p * mine, dtype=np.uint8)
-        sending = pack(tuple(a for payload, _ in worker for a in payload))
+        received = self._scratch("two-pass-received", p * mine, np.uint8, xp)
+        sending = pack(tuple(a for payload, _ in worker for a in payload),
+                       out=self._scratch("two-pass-sending", sum(sizes), np.uint8, xp))
         with device.on_wire(self, sending, received, True) as (send, receive):  # MPI only: direct-capable
-            self.comm.Alltoallv([send, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist(),
-                                 MPI.BYTE], [receive, [mine] * p, [i * mine for i in range(p)], MPI.BYTE])
+            self.comm.Alltoallv([send, sizes, [0, *accumulate(sizes[:-1])], MPI.BYTE],
+                                [receive, [mine] * p, [i * mine for i in range(p)], MPI.BYTE])
         self._count((sum(sizes) - mine, (p - 1) * mine))
         ctx = worker[rank][1]
         chunk_sum = self._decode_sum((unpack(received[i * mine:(i + 1) * mine], ctx) for i in range(p)), ctx,
@@ -346,7 +364,7 @@ class CompressedReducer(Reducer):
         server_payload, _ = self.compressor.compress(chunk_sum, f"{key}/server{rank}", step)
         server = [self.compressor.context((bounds[j + 1] - bounds[j],), x.dtype, f"{key}/server{j}", step)
                   for j in range(p)]
-        gathered, offsets_bytes = self._gather_payloads(pack(server_payload), [ctx.payload_bytes for ctx in server])
+        gathered, offsets_bytes = self._gather_payloads(server_payload, [ctx.payload_bytes for ctx in server], xp)
         for j in range(p):
             self.compressor.decompress(unpack(gathered[offsets_bytes[j]:offsets_bytes[j + 1]], server[j]),
                                        server[j], out[bounds[j]:bounds[j + 1]])

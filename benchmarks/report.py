@@ -17,29 +17,40 @@ def human(nbytes):
 
 
 def allreduce_tables(result):
+    """One busbw table per timing convention (OSU: one call per barrier; back to back: hot buffers), the
+    targets, and per convention the ring reducers' ratio to MPI from 1 MiB."""
     names = list(dict.fromkeys(row["reducer"] for row in result["rows"]))
-    by_size = {}
+    tables = {}
     for row in result["rows"]:
-        by_size.setdefault(row["size"], {})[row["reducer"]] = row
+        tables.setdefault(row.get("convention", "osu"), {}).setdefault(row["size"], {})[row["reducer"]] = row
     fitted = result["fitted"]
     lines = [f"{result['ranks']} ranks, {result['nodes']} node(s), {result['datatype']} {result['op']}; "
              f"fitted alpha = {fitted['alpha'] * 1e6:.2f} us, beta = {fitted['beta'] * 1e9:.3f} ns/B, "
              f"gamma = {fitted['gamma'] * 1e9:.3f} ns/B, copy = {fitted['copy'] * 1e9:.3f} ns/B; "
-             f"#wrong in total: {result['summary']['wrong']}", "",
-             "busbw in GB/s, and in brackets the speed relative to MPI_Allreduce in the same run "
-             "(MPI's time / this reducer's time):", "",
-             "| size | MPI time (us) | " + " | ".join(names) + " |",
-             "|---:|---:|" + "---:|" * len(names)]
-    for size, rows in sorted(by_size.items()):
-        cells = [f"{rows[name]['busbw']:.2f} ({rows[name]['vs_mpi']:.2f}x)" if name in rows else "-" for name in names]
-        lines.append(f"| {human(size)} | {rows['mpi']['time_us']:.1f} | " + " | ".join(cells) + " |")
+             f"#wrong in total: {result['summary']['wrong']}"]
+    for convention, by_size in tables.items():
+        lines += ["", f"{CONVENTION_NAMES.get(convention, convention)}: busbw in GB/s, and in brackets the speed "
+                  "relative to MPI_Allreduce in the same run (MPI's time / this reducer's time):", "",
+                  "| size | MPI time (us) | " + " | ".join(names) + " |",
+                  "|---:|---:|" + "---:|" * len(names)]
+        for size, rows in sorted(by_size.items()):
+            cells = [f"{rows[name]['busbw']:.2f} ({rows[name]['vs_mpi']:.2f}x)" if name in rows else "-"
+                     for name in names]
+            lines.append(f"| {human(size)} | {rows['mpi']['time_us']:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "Targets:"]
     for key, entry in result["summary"]["targets"].items():
         if "median" in entry:
             lines.append(f"- {key}: median {entry['median']:.2f}x, worst {entry['min']:.2f}x (target >= {entry['target']}x)")
         else:
             lines.append(f"- {key}: {entry['value']:.2f}x MPI's latency (target <= {entry['target']}x)")
+    for convention, entries in result["summary"].get("vs_mpi_from_1MiB", {}).items():
+        for name, entry in entries.items():
+            lines.append(f"- {name} vs MPI from 1 MiB, {CONVENTION_NAMES.get(convention, convention)}: median "
+                         f"{entry['median']:.2f}x, worst {entry['min']:.2f}x")
     return "\n".join(lines)
+
+
+CONVENTION_NAMES = {"osu": "OSU (one call per barrier)", "back-to-back": "back to back (hot buffers)"}
 
 
 def lasso_tables(result):
@@ -454,11 +465,71 @@ def async_sgd_papers_tables(payload):
     return "\n".join(lines)
 
 
+def compression_pay_tables(result):
+    """The compressors' measured compute (numpy twins and compiled kernels, beside np.copyto), the predicted
+    all-reduce at 1, 10, 100 Gb/s against the dense ring, where each pays, and the training step check."""
+    kernels, nbytes = result["kernels"], result["bytes"]
+    copy = [row for row in kernels if row["compressor"] == "copyto"]
+    lines = [f"Compressors on {human(nbytes)} of float32, one thread, median of {result['repeat']} (measured); "
+             f"np.copyto: {nbytes / copy[0]['copy_s'] / 1e9:.2f} GB/s. Throughput = bytes / (compress + decompress); "
+             "compress includes error feedback where the compressed reducer adds it:", "",
+             "| compressor | kernels | compress (ms) | decompress (ms) | accumulate (ms) | payload sum (ms) | GB/s | "
+             "of copyto |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in kernels:
+        if row["compressor"] == "copyto":
+            continue
+        lines.append(f"| {row['compressor']} | {row['path']} | {row['compress_s'] * 1e3:.2f} | "
+                     f"{row['decompress_s'] * 1e3:.2f} | {_milliseconds(row.get('accumulate_s'))} | "
+                     f"{_milliseconds(row.get('payload_sum_s'))} | {row['throughput_gbs']:.2f} | "
+                     f"{row['of_copyto']:.0%} |")
+    predictions, ranks = result["predictions"], result["ranks"]
+    lines += ["", f"One all-reduce of {human(nbytes)} of float32, predicted: the alpha-beta model on a link of the "
+              f"bandwidth shown, latency {result['alpha_s'] * 1e6:g} us, plus each compressor's measured compute "
+              "(above); the dense ring's reduction at this machine's float32 add. ms; * where it beats the dense "
+              "ring:", ""]
+    for gbps in result["networks_gbps"]:
+        lines += [f"{gbps} Gb/s:", "", "| compressor | kernels | " + " | ".join(f"p = {p}" for p in ranks) + " |",
+                  "|---|---|" + "---:|" * len(ranks)]
+        keys = list(dict.fromkeys((row["compressor"], row["path"]) for row in predictions if row["gbps"] == gbps))
+        for compressor, path in keys:
+            cells = [row for row in predictions if row["gbps"] == gbps and (row["compressor"], row["path"]) ==
+                     (compressor, path)]
+            lines.append(f"| {compressor} | {path} | " + " | ".join(
+                f"{row['total_s'] * 1e3:.1f}{' *' if row['pays'] else ''}" for row in cells) + " |")
+        lines.append("")
+    lines += ["Where each compressor beats the dense ring (link: ranks):", "",
+              "| compressor | kernels | " + " | ".join(f"{g} Gb/s" for g in result["networks_gbps"]) + " |",
+              "|---|---|" + "---|" * len(result["networks_gbps"])]
+    keys = list(dict.fromkeys((row["compressor"], row["path"]) for row in predictions if row["pays"] is not None))
+    for compressor, path in keys:
+        cells = []
+        for gbps in result["networks_gbps"]:
+            winning = [row["ranks"] for row in predictions if row["gbps"] == gbps and row["pays"]
+                       and (row["compressor"], row["path"]) == (compressor, path)]
+            cells.append(", ".join(map(str, winning)) if winning else "never")
+        lines.append(f"| {compressor} | {path} | " + " | ".join(cells) + " |")
+    training = result.get("training")
+    if training:
+        lines += ["", f"Training {training['model']}, {training['ranks']} ranks, batch {training['batch_size']} "
+                  f"(measured; median step of {result['repeat']} runs): the step with a compressor against the "
+                  "uncompressed step plus the compressor's measured time for the gradient:", "",
+                  "| compressor | kernels | step (ms) | compressor (ms) | bound (ms) | within |",
+                  "|---|---|---:|---:|---:|---|"]
+        for row in training["rows"]:
+            lines.append(f"| {row['compressor']} | {row['path']} | {row['step_s'] * 1e3:.2f} | "
+                         f"{row['codec_s'] * 1e3:.2f} | {row['bound_s'] * 1e3:.2f} | {_yes(row['within'])} |")
+    return "\n".join(lines)
+
+
+def _milliseconds(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}"
+
+
 RENDERERS = {"allreduce": allreduce_tables, "admm_lasso": lasso_tables, "admm_general-logistic": logistic_tables,
              "admm_general-path": path_tables, "admm_general-rho": rho_tables, "compression": compression_tables,
              "train": train_tables, "federated": federated_tables,
              "async_sgd": async_sgd_tables, "async_sgd_papers": async_sgd_papers_tables,
-             "kernels": kernels_tables}
+             "kernels": kernels_tables, "compression_pay": compression_pay_tables}
 
 
 COMPETITOR_MODULES = {"scikit-learn": "sklearn", "celer": "celer", "skglm": "skglm"}  # package: module

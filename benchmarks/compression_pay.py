@@ -8,7 +8,8 @@
    buffer, then for each compressor at its settings in the issue the work a
    rank does in one compressed all-reduce: compress (with error feedback
    where the compressed reducer adds it by default: e += x, C(e),
-   e -= decoded), decompress, accumulate (decode and add: the all-gather
+   e -= decoded; sign and Top-1% also without it, the compressor alone),
+   decompress, accumulate (decode and add: the all-gather
    path's work per payload) and the sum of two payloads in their own dtype
    (the all-reduce path's reduction).  Throughput is bytes / (compress +
    decompress), beside copyto's.  PowerSGD is timed at rank 1 and rank 4 on
@@ -28,9 +29,11 @@
 3. **Training** (``--train``, under mpiexec with 2 or more ranks): the MLP
    of benchmarks/compression.py trained for --steps steps with no
    compression, fp16 and Top-1% (error feedback on), median step time of
-   --repeat runs, against the uncompressed step plus that compressor's
-   measured time for the model's gradient (compress + decompress, + the
-   payload sums on the all-reduce path, + p accumulates on the all-gather path).
+   --repeat runs (the three interleaved), against the uncompressed step plus
+   that compressor's measured time for the model's gradient in the trainer's
+   buckets (compress + decompress of each, + the payload sums on the
+   all-reduce path, + p accumulates on the all-gather path), on real gradients:
+   the mean over the first and the last step's.
 
 Output: tables on rank 0 (benchmarks/report.py renders the JSON again), JSON (--output).
 """
@@ -52,7 +55,9 @@ CONFIGS = [
     ("qsgd8", {}, "qsgd 8-bit"),
     ("qsgd4", {}, "qsgd 4-bit"),
     ("sign", {}, "sign"),
+    ("sign", {"error_feedback": False}, "sign (no EF)"),
     ("topk", {"ratio": 0.01}, "top-1%"),
+    ("topk", {"ratio": 0.01, "error_feedback": False}, "top-1% (no EF)"),
     ("randomk", {"ratio": 0.01}, "random-1%"),
     ("powersgd", {"rank": 1}, "powersgd r=1"),
     ("powersgd", {"rank": 4}, "powersgd r=4"),
@@ -119,8 +124,10 @@ def codec_calls(name, options, x, p_accumulate=True):
     import numpy as np
 
     from mpiopt.compression import ErrorFeedback, get_compressor
+    options = dict(options)
+    feedback = options.pop("error_feedback", True)  # False: the compressor alone (the issue's measurement)
     compressor = get_compressor(name, **options)
-    if compressor.error_feedback:
+    if compressor.error_feedback and feedback:
         compressor = ErrorFeedback(compressor)
     state, out = {}, np.empty_like(x)
     calls = {}
@@ -201,7 +208,7 @@ def compressed_seconds(row, p, fitted, nbytes):
     from mpiopt.collectives.models import predict_compressed
     from mpiopt.compression import get_compressor
     options = {"powersgd r=1": {"rank": 1}, "powersgd r=4": {"rank": 4}, "top-1%": {"ratio": 0.01},
-               "random-1%": {"ratio": 0.01}}.get(row["compressor"], {})
+               "top-1% (no EF)": {"ratio": 0.01}, "random-1%": {"ratio": 0.01}}.get(row["compressor"], {})
     compressor = get_compressor(row["name"], **options)
     rounds = getattr(compressor, "rounds", 1)
     if rounds > 1:
@@ -256,34 +263,44 @@ def train_part(args, comm, paths, say):
     hidden = tuple(int(h) for h in args.hidden.split(","))
     batch = 64
     epochs = max(1, -(-args.steps * batch // data.X_train.shape[0]))
+    from mpiopt.train.settings import BUCKET_BYTES
     rows = []
     for path in paths:
         with compiled.use(path == "compiled"):
-            for name, options, label in TRAIN_CONFIGS:
-                steps = []
-                for _ in range(args.repeat):
+            steps = {label: [] for _, _, label in TRAIN_CONFIGS}
+            for _ in range(args.repeat):  # the configurations interleaved: drift hits all of them alike
+                for name, options, label in TRAIN_CONFIGS:
                     model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=hidden)
                     result = train(model, data.X_train, data.y_train, get_optimizer("adam", lr=1e-3), comm,
                                    epochs=epochs, batch_size=batch, seed=0, reducer="ring",
                                    compressor=None if name == "none" else name,
                                    compressor_options=options or None)
-                    steps.append(comm.allreduce(result.timings["train"] / max(result.steps, 1), op=_max()))
-                gradient = np.random.default_rng(0).standard_normal(model.n_params)
+                    steps[label].append(comm.allreduce(result.timings["train"] / max(result.steps, 1), op=_max()))
+                    if name == "none":
+                        final = result.params
+            # The compressors' time on real gradients (the conversions' speed depends on the values: small
+            # gradients take numpy's subnormal paths): this rank's first batch at the first and the last step.
+            first = (data.X_train[:batch], data.y_train[:batch])
+            gradients = [model.loss_and_grad(params, *first)[1] for params in (model.init_params(0), final)]
+            per_bucket = BUCKET_BYTES // gradients[0].itemsize
+            for name, options, label in TRAIN_CONFIGS:
                 codec = 0.0
-                if name != "none":
-                    calls = codec_calls(name, options, gradient)
-                    for call in calls.values():
-                        call()
-                    measured = {key: statistics.median(_seconds(call) for _ in range(args.repeat))
-                                for key, call in calls.items()}
-                    codec = measured["compress"] + measured["decompress"] + (
-                        (comm.size - 1) / comm.size * measured["payload_sum"] if "payload_sum" in measured
-                        else comm.size * measured.get("accumulate", 0.0))
-                    codec = comm.allreduce(codec, op=_max())
-                rows.append({"compressor": label, "path": path, "step_s": statistics.median(steps),
-                             "codec_s": codec, "n_params": model.n_params})
+                for gradient in gradients if name != "none" else ():  # each bucket, as the trainer calls it
+                    for lo in range(0, gradient.size, per_bucket):
+                        calls = codec_calls(name, options, gradient[lo:lo + per_bucket].copy())
+                        for call in calls.values():
+                            call()
+                        measured = {key: statistics.median(_seconds(call) for _ in range(args.repeat))
+                                    for key, call in calls.items()}
+                        codec += (measured["compress"] + measured["decompress"] + (
+                            (comm.size - 1) / comm.size * measured["payload_sum"] if "payload_sum" in measured
+                            else comm.size * measured.get("accumulate", 0.0))) / len(gradients)
+                codec = comm.allreduce(codec, op=_max())
+                buckets = -(-model.n_params // per_bucket)
+                rows.append({"compressor": label, "path": path, "step_s": statistics.median(steps[label]),
+                             "codec_s": codec, "n_params": model.n_params, "buckets": buckets})
                 say(f"  train {label:<7} {path:<8}: step {rows[-1]['step_s'] * 1e3:.2f} ms, compressor "
-                    f"{codec * 1e3:.2f} ms")
+                    f"{codec * 1e3:.2f} ms ({buckets} buckets)")
     for row in rows:
         base = next(r for r in rows if r["path"] == row["path"] and r["compressor"] == "none")
         row["bound_s"] = base["step_s"] + row["codec_s"]

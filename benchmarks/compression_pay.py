@@ -12,7 +12,8 @@
    decompress, accumulate (decode and add: the all-gather
    path's work per payload) and the sum of two payloads in their own dtype
    (the all-reduce path's reduction).  Throughput is bytes / (compress +
-   decompress), beside copyto's.  PowerSGD is timed at rank 1 and rank 4 on
+   decompress); "of copyto" the median over the rounds of copyto's time in
+   that round / (compress + decompress) in that round.  PowerSGD is timed at rank 1 and rank 4 on
    the buffer as a square matrix (its two rounds on one rank).
 2. **When does it pay, predicted** for one all-reduce of the buffer
    (float32) over p ranks on links of 1, 10 and 100 Gb/s, with latency
@@ -184,17 +185,20 @@ def kernel_part(x, configs, paths, repeat, say):
                 for call in calls[path].values():   # warm-up (and compile)
                     call()
         times = {path: {key: [] for key in calls[path]} for path in paths}
-        for _ in range(repeat):
+        copies = []
+        for _ in range(repeat):  # a copyto beside every round: the ratio of each round, then their median
+            copies.append(_seconds(lambda: np.copyto(target, x)))
             for path in paths:
                 with compiled.use(path == "compiled"):
                     for key, call in calls[path].items():
                         times[path][key].append(_seconds(call))
         for path in paths:
-            copy_s = statistics.median(_seconds(lambda: np.copyto(target, x)) for _ in range(3))
-            row = {"compressor": label, "name": name, "path": path, "copy_s": copy_s}
+            row = {"compressor": label, "name": name, "path": path, "copy_s": statistics.median(copies)}
             row.update({f"{key}_s": statistics.median(values) for key, values in times[path].items()})
             row["throughput_gbs"] = x.nbytes / (row["compress_s"] + row["decompress_s"]) / 1e9
-            row["of_copyto"] = copy_s / (row["compress_s"] + row["decompress_s"])
+            row["of_copyto"] = statistics.median(
+                copy / (compress + decompress) for copy, compress, decompress in
+                zip(copies, times[path]["compress"], times[path]["decompress"]))
             rows.append(row)
             say(f"  {label:<13} {path:<8}: compress {row['compress_s'] * 1e3:7.2f} ms, decompress "
                 f"{row['decompress_s'] * 1e3:7.2f} ms, {row['throughput_gbs']:5.2f} GB/s = "

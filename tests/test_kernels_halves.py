@@ -37,13 +37,21 @@ def test_every_half_plus_a_spread_of_halves():
 
 def test_random_pairs_in_place_and_odd_lengths():
     rng = np.random.default_rng(3)
-    for n in (0, 1, 7, 2047, 2048, 2049, 10007):
+    for n in (0, 1, 7, 2047, 2048, 2049, 10007, 2 * halves.CHUNK + 5):
         a = rng.choice(ALL_HALVES, n)
         b = (rng.standard_normal(n) * 10.0 ** rng.integers(-7, 5, n)).astype(np.float16)
         expected = _reference(a, b)
-        with compiled.use(True):
-            halves.add(a, b, b)   # into one of its inputs, as the ring reduces
-        _same(expected, b)
+        for into in ("a", "b", "both", "new"):  # into an input (by pieces, as the ring reduces) or apart
+            left, right = a.copy(), b.copy()
+            if into == "both":
+                left = right
+                expected_now = _reference(right, right)
+            else:
+                expected_now = expected
+            out = {"a": left, "b": right, "both": right, "new": np.empty_like(right)}[into]
+            with compiled.use(True):
+                assert halves.add(left, right, out) is out
+            _same(expected_now, out)
 
 
 def test_the_switch_runs_numpy_and_other_dtypes_fall_back():

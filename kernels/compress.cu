@@ -17,7 +17,8 @@
 // (float64 instructions never flush).  The exception is atomicAdd on float32 (scatter_add), which the
 // hardware always flushes.
 //
-// Launch: one thread per element (or per group noted at each kernel), 1-D grid; n is a long long.
+// Launch: one thread per element, per group of VEC elements or per lane of a bucket, as noted at each
+// kernel; 1-D grid; n is a long long.
 
 #define MPIOPT_HD __host__ __device__ inline
 
@@ -225,6 +226,78 @@ extern "C" __global__ void philox_uniform_f64(u64 k0, u64 k1, u64 step, double* 
     philox_uniform<double>(k0, k1, step, out, n);
 }
 
+
+// ---- several elements per thread, 16-byte loads and stores --------------------------------------------------
+// The elementwise kernels (fp16/bf16 conversions, sign_unpack, qsgd_dequantize) give each thread VEC = 8
+// consecutive elements: where both arrays start on a 16-byte boundary and the 8 are all inside, they move
+// as 16-byte vectors (float4, double2, uint4: 32-64 bytes in flight per thread instead of 4-8, what a
+// device at several TB/s needs to cover its latency); otherwise (a misaligned view, the last partial group)
+// one element at a time.  The per-element arithmetic is the same either way.  Launch: ceil(n / VEC) threads.
+#define VEC 8
+__device__ inline bool aligned16(const void* p) { return ((unsigned long long)p & 15ull) == 0; }
+__device__ inline void load8(const float* p, float* v) {
+    float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+__device__ inline void load8(const double* p, double* v) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        double2 a = reinterpret_cast<const double2*>(p)[k];
+        v[2 * k] = a.x; v[2 * k + 1] = a.y;
+    }
+}
+__device__ inline void load8(const unsigned short* p, unsigned short* v) {
+    uint4 a = reinterpret_cast<const uint4*>(p)[0];
+    u32 w[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[2 * k] = (unsigned short)(w[k] & 0xFFFFu);
+        v[2 * k + 1] = (unsigned short)(w[k] >> 16);
+    }
+}
+__device__ inline void store8(float* p, const float* v) {
+    reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+__device__ inline void store8(double* p, const double* v) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) reinterpret_cast<double2*>(p)[k] = make_double2(v[2 * k], v[2 * k + 1]);
+}
+__device__ inline void store8(unsigned short* p, const unsigned short* v) {
+    reinterpret_cast<uint4*>(p)[0] = make_uint4((u32)v[0] | ((u32)v[1] << 16), (u32)v[2] | ((u32)v[3] << 16),
+                                                (u32)v[4] | ((u32)v[5] << 16), (u32)v[6] | ((u32)v[7] << 16));
+}
+// out[i] = f(x[i]) for the thread's VEC elements.
+template <typename In, typename Out, typename F>
+__device__ inline void map_elements(const In* x, Out* out, long long n, F f) {
+    long long i = VEC * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + VEC <= n && aligned16(x) && aligned16(out)) {
+        In v[VEC];
+        Out r[VEC];
+        load8(x + i, v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) r[k] = f(v[k]);
+        store8(out + i, r);
+    } else {
+        for (long long j = i; j < n && j < i + VEC; ++j) out[j] = f(x[j]);
+    }
+}
+// out[i] = f(i) for the thread's VEC elements (decoders that read packed inputs).
+template <typename Out, typename F>
+__device__ inline void generate_elements(Out* out, long long n, F f) {
+    long long i = VEC * ((long long)blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= n) return;
+    if (i + VEC <= n && aligned16(out)) {
+        Out r[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) r[k] = f(i + k);
+        store8(out + i, r);
+    } else {
+        for (long long j = i; j < n && j < i + VEC; ++j) out[j] = f(j);
+    }
+}
+
 // ---- QSGD ------------------------------------------------------------------------------------------
 // Bucket b holds elements [b bucket, min(n, (b + 1) bucket)).  Norms are float32, rounded up by margin:
 //   l2:  float32(sqrt(total) margin) in float64, where element t of the bucket adds x_t x_t to lane t % 16
@@ -308,11 +381,43 @@ MPIOPT_HD T qsgd_decoded(const unsigned char* stored, const float* norms, long l
     return mul_rn((T)level, step);
 }
 
-// One thread per bucket.
+// QSGD_LANES (16) threads per bucket, thread j of a bucket summing its lane j (elements start + j, + 16, ...,
+// in order) as qsgd_norm_of_bucket does, so neighbouring threads read neighbouring elements (coalesced); the
+// bucket's first thread then adds the lanes in order 0 .. 15 (the same float64 operations in the same order:
+// bitwise the one-thread version and the twin).  The max norm: each lane's max, then the max of the lanes
+// (NaN if any is NaN).  Launch: QSGD_LANES threads per bucket (16 buckets per block of 256).
 template <typename T>
 __device__ void qsgd_norms(const T* x, long long n, long long bucket, int use_max, double margin, float* norms) {
-    long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (b * bucket < n) norms[b] = qsgd_norm_of_bucket(x, n, bucket, b, use_max, margin);
+    long long thread = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long b = thread / QSGD_LANES;
+    int j = (int)(thread % QSGD_LANES);
+    long long start = b * bucket;
+    bool live = start < n;
+    long long stop = live ? (start + bucket < n ? start + bucket : n) : start;
+    double lane = 0.0;
+    for (long long t = start + j; t < stop; t += QSGD_LANES) {
+        double v = to_double(x[t]);
+        if (use_max) {
+            double a = v < 0.0 ? -v : v;
+            if (a > lane || a != a) lane = a;
+            if (lane != lane) break;
+        } else {
+            lane = add_rn(lane, mul_rn(v, v));
+        }
+    }
+    // Lanes 1 .. 15 to lane 0 of the 16-thread group, one at a time, in order (every thread of the warp takes
+    // part in each shuffle; blockDim is a multiple of 16, so a group never straddles two warps).
+    double total = lane;
+    for (int k = 1; k < QSGD_LANES; ++k) {
+        double other = __shfl_sync(0xFFFFFFFFu, lane, k, QSGD_LANES);
+        if (use_max) {
+            if (other > total || other != other) total = total != total ? total : other;
+        } else {
+            total = add_rn(total, other);
+        }
+    }
+    if (live && j == 0) norms[b] = use_max ? to_float_rn(mul_rn(total, margin))
+                                           : to_float_rn(mul_rn(sqrt_rn(total), margin));
 }
 extern "C" __global__ void qsgd_norms_f32(const float* x, long long n, long long bucket, int use_max, double margin,
                                           float* norms) {
@@ -339,12 +444,11 @@ extern "C" __global__ void qsgd_quantize_f64(const double* x, const float* norms
     qsgd_quantize<double>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
 }
 
-// One thread per element.
+// VEC elements per thread (see map_elements).
 template <typename T>
 __device__ void qsgd_dequantize(const unsigned char* stored, const float* norms, long long n, long long bucket,
                                 int bits, int levels, T* out) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = qsgd_decoded<T>(stored, norms, bucket, bits, levels, i);
+    generate_elements(out, n, [=](long long i) { return qsgd_decoded<T>(stored, norms, bucket, bits, levels, i); });
 }
 extern "C" __global__ void qsgd_dequantize_f32(const unsigned char* stored, const float* norms, long long n,
                                                long long bucket, int bits, int levels, float* out) {
@@ -379,14 +483,14 @@ extern "C" __global__ void sign_pack_f64(const double* x, long long n, unsigned 
     long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (8 * j < n) bits[j] = sign_byte(x, n, j);
 }
-// One thread per element; the scale is read on the device (scale[0], float32).
+// VEC elements (one byte of bits) per thread; the scale is read on the device (scale[0], float32).
 extern "C" __global__ void sign_unpack_f32(const unsigned char* bits, const float* scale, long long n, float* out) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = sign_value(bits, scale[0], i);
+    float magnitude = scale[0];
+    generate_elements(out, n, [=](long long i) { return sign_value(bits, magnitude, i); });
 }
 extern "C" __global__ void sign_unpack_f64(const unsigned char* bits, const float* scale, long long n, double* out) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = sign_value(bits, to_double(scale[0]), i);
+    double magnitude = to_double(scale[0]);
+    generate_elements(out, n, [=](long long i) { return sign_value(bits, magnitude, i); });
 }
 
 // ---- Top-K -------------------------------------------------------------------------------------------
@@ -442,21 +546,18 @@ __device__ inline float half_to_float(unsigned short h) {
     asm("cvt.f32.f16 %0, %1;" : "=f"(v) : "h"(h));
     return v;
 }
+// VEC elements per thread (see map_elements).
 extern "C" __global__ void to_fp16_f32(const float* x, unsigned short* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = half_bits(x[i]);
+    map_elements(x, out, n, [](float v) { return half_bits(v); });
 }
 extern "C" __global__ void to_fp16_f64(const double* x, unsigned short* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = half_bits(x[i]);
+    map_elements(x, out, n, [](double v) { return half_bits(v); });
 }
 extern "C" __global__ void from_fp16_f32(const unsigned short* h, float* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = half_to_float(h[i]);
+    map_elements(h, out, n, [](unsigned short v) { return half_to_float(v); });
 }
 extern "C" __global__ void from_fp16_f64(const unsigned short* h, double* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = to_double(half_to_float(h[i]));
+    map_elements(h, out, n, [](unsigned short v) { return to_double(half_to_float(v)); });
 }
 
 // ---- bf16: the upper half of the float32 bits, rounded to nearest even; NaN -> quiet NaN, sign kept ----
@@ -464,19 +565,16 @@ MPIOPT_HD unsigned short bf16_of_bits(u32 bits) {
     if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return (unsigned short)(0x7FC0u | ((bits >> 16) & 0x8000u));
     return (unsigned short)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
+// VEC elements per thread (see map_elements).
 extern "C" __global__ void to_bf16_f32(const float* x, unsigned short* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = bf16_of_bits(float_bits(x[i]));
+    map_elements(x, out, n, [](float v) { return bf16_of_bits(float_bits(v)); });
 }
 extern "C" __global__ void to_bf16_f64(const double* x, unsigned short* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = bf16_of_bits(float_bits(to_float_rn(x[i])));
+    map_elements(x, out, n, [](double v) { return bf16_of_bits(float_bits(to_float_rn(v))); });
 }
 extern "C" __global__ void from_bf16_f32(const unsigned short* b, float* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = bits_float((u32)b[i] << 16);
+    map_elements(b, out, n, [](unsigned short v) { return bits_float((u32)v << 16); });
 }
 extern "C" __global__ void from_bf16_f64(const unsigned short* b, double* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = to_double(bits_float((u32)b[i] << 16));
+    map_elements(b, out, n, [](unsigned short v) { return to_double(bits_float((u32)v << 16)); });
 }

@@ -423,6 +423,30 @@ def test_the_bitwise_kernels_do_not_flush_subnormals_under_cupys_ftz(tmp_path):
                         "neg.ftz.f32"}, quantize
 
 
+@needs_nvcc
+def test_the_elementwise_kernels_move_16_byte_vectors_and_the_norms_shuffle_lanes(tmp_path):
+    """Issue 25: each thread of an elementwise kernel moves VEC elements as 16-byte vectors (ld/st.global.v4 or
+    .v2 of doubles) where the arrays are aligned, so that enough bytes are in flight to reach the bandwidth;
+    qsgd_norms gives a bucket 16 threads, one per lane, and adds their sums with warp shuffles.  The PTX says so
+    (their results are compared with the twins by the GPU tests and, per element, by the host build)."""
+    source = tmp_path / "compress.cu"
+    source.write_text(cuda_source("compress"), encoding="utf-8")
+    done = subprocess.run([NVCC, "--ptx", "-arch=sm_90", "--std=c++17", "-o", str(tmp_path / "c.ptx"), str(source)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    entries = dict(re.findall(r"\.entry (\w+)\((.*?)\n}\n", (tmp_path / "c.ptx").read_text(encoding="utf-8"),
+                              flags=re.S))
+    vectors = {name: set(re.findall(r"\b(ld|st)\.global(?:\.\w+)*\.v[24]\.\w+", body)) for name, body in entries.items()}
+    for kind in ["to_fp16", "from_fp16", "to_bf16", "from_bf16"]:
+        for suffix in ["f32", "f64"]:
+            assert vectors[f"{kind}_{suffix}"] == {"ld", "st"}, (kind, suffix, vectors[f"{kind}_{suffix}"])
+    for kind in ["sign_unpack", "qsgd_dequantize"]:  # packed inputs read bytewise, vector stores
+        for suffix in ["f32", "f64"]:
+            assert "st" in vectors[f"{kind}_{suffix}"], (kind, suffix)
+    assert all("shfl.sync" in entries[f"qsgd_norms_{suffix}"] for suffix in ["f32", "f64"])
+    assert kc.VEC == 8 and "#define VEC 8" in cuda_source("compress")
+
+
 def test_compress_is_an_installed_cuda_source():
     assert "compress" in cuda_sources()
     source = cuda_source("compress")

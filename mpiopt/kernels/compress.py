@@ -74,7 +74,8 @@ NORMS = ("l2", "max")
 SIGN_SCALES = ("l1", "l2")
 THREADS = 256
 CHUNK = 1 << 18  # elements per vectorized pass of the numpy norms (their float64 temporaries stay in cache)
-LANES = 16  # interleaved partial sums of the l2 norms (the same in compress.cu)
+LANES = 16  # interleaved partial sums of the l2 norms (the same in compress.cu: a thread each on the GPU)
+VEC = 8  # elements per thread of compress.cu's elementwise kernels (16-byte loads and stores)
 
 __all__ = ["NORM_MARGIN", "bf16_feedback", "fp16_feedback", "from_bf16", "from_fp16", "pack_nibbles",
            "philox_blocks", "qsgd_dequantize", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
@@ -89,7 +90,8 @@ def _function(name):
 
 
 def _launch(name, count, *args):
-    """Run kernel ``name`` with one thread per item of ``count`` (nothing when count is 0).
+    """Run kernel ``name`` with ``count`` threads (nothing when count is 0): one per element, per group of VEC
+    elements or per lane of a bucket, as compress.cu says of each kernel.
 
     A CuPy array argument must start at an address aligned to its itemsize: a kernel that reads a
     misaligned float64 (say a view into a byte buffer at an odd offset) faults with
@@ -231,7 +233,7 @@ def qsgd_norms(x, bucket_size=512, norm="l2"):
     use_max = norm == "max"
     if xp is not np:
         norms = xp.empty(buckets, dtype=xp.float32)
-        _launch(f"qsgd_norms_{_suffix(flat.dtype)}", buckets, flat, np.int64(n), np.int64(bucket_size),
+        _launch(f"qsgd_norms_{_suffix(flat.dtype)}", buckets * LANES, flat, np.int64(n), np.int64(bucket_size),
                 np.int32(use_max), np.float64(NORM_MARGIN), norms)
         return norms
     if enabled() and qsgd_fast.AVAILABLE:
@@ -303,7 +305,7 @@ def qsgd_dequantize(norms, stored, n, bits=8, bucket_size=512, out=None, dtype=n
     out, flat_out = _new_output(xp, out, n, dtype)
     if xp is not np:
         if flat_out.dtype in (np.float32, np.float64):
-            _launch(f"qsgd_dequantize_{_suffix(flat_out.dtype)}", n, stored, norms, np.int64(n),
+            _launch(f"qsgd_dequantize_{_suffix(flat_out.dtype)}", -(-n // VEC), stored, norms, np.int64(n),
                     np.int64(bucket_size), np.int32(bits), np.int32(levels), flat_out)
         else:
             xp.copyto(flat_out, qsgd_dequantize(norms, stored, n, bits, bucket_size))
@@ -412,7 +414,7 @@ def sign_unpack(bits, scale, n, out=None, dtype=np.float32):
             sign_unpack_numpy(bits, scale, flat_out)
         return out
     if flat_out.dtype in (np.float32, np.float64):
-        _launch(f"sign_unpack_{_suffix(flat_out.dtype)}", n, bits, xp.ascontiguousarray(scale, xp.float32),
+        _launch(f"sign_unpack_{_suffix(flat_out.dtype)}", -(-n // VEC), bits, xp.ascontiguousarray(scale, xp.float32),
                 np.int64(n), flat_out)
     else:
         xp.copyto(flat_out, sign_unpack(bits, scale, n))
@@ -605,7 +607,7 @@ def to_fp16(x):
             return out
         return to_fp16_numpy(flat)
     out = xp.empty(flat.size, dtype=xp.float16)
-    _launch(f"to_fp16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
+    _launch(f"to_fp16_{_suffix(flat.dtype)}", -(-flat.size // VEC), flat, out, np.int64(flat.size))
     return out
 
 
@@ -626,7 +628,7 @@ def from_fp16(halves, out=None, dtype=np.float32):
         else:
             from_fp16_numpy(halves, flat_out)
     elif flat_out.dtype in (np.float32, np.float64):
-        _launch(f"from_fp16_{_suffix(flat_out.dtype)}", halves.size, xp.ascontiguousarray(halves), flat_out,
+        _launch(f"from_fp16_{_suffix(flat_out.dtype)}", -(-halves.size // VEC), xp.ascontiguousarray(halves), flat_out,
                 np.int64(halves.size))
     else:
         with np.errstate(invalid="ignore"):  # widening a signalling NaN
@@ -663,7 +665,7 @@ def to_bf16(x):
     if xp is not np:
         _check_float(flat)
         out = xp.empty(flat.size, dtype=xp.uint16)
-        _launch(f"to_bf16_{_suffix(flat.dtype)}", flat.size, flat, out, np.int64(flat.size))
+        _launch(f"to_bf16_{_suffix(flat.dtype)}", -(-flat.size // VEC), flat, out, np.int64(flat.size))
         return out
     if enabled() and flat.dtype in (np.float32, np.float64):
         out = np.empty(flat.size, dtype=np.uint16)
@@ -694,7 +696,7 @@ def from_bf16(bits, out=None, dtype=np.float32):
     if xp is np and enabled() and flat_out.dtype in (np.float32, np.float64) and bits.dtype == np.uint16:
         fast.from_bf16(_flat(np, bits), flat_out)
     elif xp is not np and flat_out.dtype in (np.float32, np.float64):
-        _launch(f"from_bf16_{_suffix(flat_out.dtype)}", bits.size, xp.ascontiguousarray(bits), flat_out,
+        _launch(f"from_bf16_{_suffix(flat_out.dtype)}", -(-bits.size // VEC), xp.ascontiguousarray(bits), flat_out,
                 np.int64(bits.size))
     else:
         from_bf16_numpy(bits, flat_out)

@@ -474,14 +474,50 @@ MPIOPT_HD T sign_value(const unsigned char* bits, T magnitude, long long i) {
     return ((bits[i / 8] >> (7 - (int)(i % 8))) & 1) ? magnitude : negated(magnitude);
 }
 
-// One thread per byte.
-extern "C" __global__ void sign_pack_f32(const float* x, long long n, unsigned char* bits) {
-    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (8 * j < n) bits[j] = sign_byte(x, n, j);
+// One pass over x: the bits and the scale's float64 partial sums.  Each warp takes SIGN_WORDS words of 32
+// consecutive elements; for each word every lane reads one element (coalesced), __ballot_sync gathers the 32
+// signs, and lanes 0-3 write the word's four bytes, bit-reversed into np.packbits order (element 8 b + t of
+// byte b at bit 7 - t); every lane adds |x| (l1) or x^2 (l2, square != 0) in float64, then the warp's and the
+// block's sums go to partials[blockIdx.x] (the caller adds the partials: the scale is a reduction, equal to
+// the twin's to rounding).  Launch: 32 threads per SIGN_WORDS * 32 elements; partials: one per block, zeroed.
+#define SIGN_WORDS 8
+template <typename T>
+__device__ void sign_pack_pass(const T* x, long long n, int square, unsigned char* bits, double* partials) {
+    __shared__ double warp_sums[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long base = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * 32 * SIGN_WORDS;
+    long long nbytes = (n + 7) / 8;
+    double sum = 0.0;
+    for (int w = 0; w < SIGN_WORDS; ++w) {
+        long long i = base + 32 * w + lane;
+        bool inside = i < n;
+        T v = inside ? x[i] : (T)0;
+        unsigned int mask = __ballot_sync(0xFFFFFFFFu, inside && nonnegative(v));
+        if (inside) {
+            double d = to_double(v);
+            sum = add_rn(sum, square ? mul_rn(d, d) : (d < 0.0 ? -d : d));
+        }
+        if (lane < 4) {
+            long long byte = (base + 32 * w) / 8 + lane;
+            if (byte < nbytes) bits[byte] = (unsigned char)(__brev(mask >> (8 * lane)) >> 24);
+        }
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) sum = add_rn(sum, __shfl_down_sync(0xFFFFFFFFu, sum, offset));
+    if (lane == 0) warp_sums[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int k = 0; k < (int)((blockDim.x + 31) / 32); ++k) total = add_rn(total, warp_sums[k]);
+        partials[blockIdx.x] = total;
+    }
 }
-extern "C" __global__ void sign_pack_f64(const double* x, long long n, unsigned char* bits) {
-    long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (8 * j < n) bits[j] = sign_byte(x, n, j);
+extern "C" __global__ void sign_pack_f32(const float* x, long long n, int square, unsigned char* bits,
+                                         double* partials) {
+    sign_pack_pass(x, n, square, bits, partials);
+}
+extern "C" __global__ void sign_pack_f64(const double* x, long long n, int square, unsigned char* bits,
+                                         double* partials) {
+    sign_pack_pass(x, n, square, bits, partials);
 }
 // VEC elements (one byte of bits) per thread; the scale is read on the device (scale[0], float32).
 extern "C" __global__ void sign_unpack_f32(const unsigned char* bits, const float* scale, long long n, float* out) {

@@ -427,8 +427,9 @@ def test_the_bitwise_kernels_do_not_flush_subnormals_under_cupys_ftz(tmp_path):
 def test_the_elementwise_kernels_move_16_byte_vectors_and_the_norms_shuffle_lanes(tmp_path):
     """Issue 25: each thread of an elementwise kernel moves VEC elements as 16-byte vectors (ld/st.global.v4 or
     .v2 of doubles) where the arrays are aligned, so that enough bytes are in flight to reach the bandwidth;
-    qsgd_norms gives a bucket 16 threads, one per lane, and adds their sums with warp shuffles.  The PTX says so
-    (their results are compared with the twins by the GPU tests and, per element, by the host build)."""
+    qsgd_norms gives a bucket 16 threads, one per lane, and adds their sums with warp shuffles; sign_pack reads
+    x once (ballot for the bits, the scale's sums beside them).  The PTX says so (their results are compared
+    with the twins by the GPU tests and, per element, by the host build)."""
     source = tmp_path / "compress.cu"
     source.write_text(cuda_source("compress"), encoding="utf-8")
     done = subprocess.run([NVCC, "--ptx", "-arch=sm_90", "--std=c++17", "-o", str(tmp_path / "c.ptx"), str(source)],
@@ -444,6 +445,9 @@ def test_the_elementwise_kernels_move_16_byte_vectors_and_the_norms_shuffle_lane
         for suffix in ["f32", "f64"]:
             assert "st" in vectors[f"{kind}_{suffix}"], (kind, suffix)
     assert all("shfl.sync" in entries[f"qsgd_norms_{suffix}"] for suffix in ["f32", "f64"])
+    # sign_pack in one pass: a warp's ballot for the bits, the scale's partial sums in the same kernel
+    assert all("vote.sync.ballot" in entries[f"sign_pack_{suffix}"] and "shfl.sync.down" in entries[f"sign_pack_{suffix}"]
+               for suffix in ["f32", "f64"])
     assert kc.VEC == 8 and "#define VEC 8" in cuda_source("compress")
 
 
@@ -482,8 +486,15 @@ extern "C" void qsgd_dequantize_##S##_host(const unsigned char* stored, const fl
                                            long long bucket, int bits, int levels, T* out) {                  \
     for (long long i = 0; i < n; ++i) out[i] = qsgd_decoded<T>(stored, norms, bucket, bits, levels, i);         \
 }                                                                                                             \
-extern "C" void sign_pack_##S##_host(const T* x, long long n, unsigned char* bits) {                            \
+extern "C" void sign_pack_##S##_host(const T* x, long long n, int square, unsigned char* bits,                 \
+                                     double* partials) {                                                      \
     for (long long j = 0; 8 * j < n; ++j) bits[j] = sign_byte(x, n, j);                                       \
+    double total = 0.0;                                                                                       \
+    for (long long i = 0; i < n; ++i) {                                                                       \
+        double d = to_double(x[i]);                                                                           \
+        total = add_rn(total, square ? mul_rn(d, d) : (d < 0.0 ? -d : d));                                    \
+    }                                                                                                         \
+    partials[0] = total;  /* one block's worth; the caller zeroed the rest */                                \
 }                                                                                                             \
 extern "C" void sign_unpack_##S##_host(const unsigned char* bits, const float* scale, long long n, T* out) {     \
     for (long long i = 0; i < n; ++i) out[i] = sign_value(bits, (T)scale[0], i);                               \

@@ -76,6 +76,7 @@ THREADS = 256
 CHUNK = 1 << 18  # elements per vectorized pass of the numpy norms (their float64 temporaries stay in cache)
 LANES = 16  # interleaved partial sums of the l2 norms (the same in compress.cu: a thread each on the GPU)
 VEC = 8  # elements per thread of compress.cu's elementwise kernels (16-byte loads and stores)
+SIGN_WORDS = 8  # 32-element words per warp of compress.cu's sign_pack
 
 __all__ = ["NORM_MARGIN", "bf16_feedback", "fp16_feedback", "from_bf16", "from_fp16", "pack_nibbles",
            "philox_blocks", "qsgd_dequantize", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
@@ -390,11 +391,17 @@ def sign_pack(x, scale="l1"):
             bits = np.empty(-(-flat.size // 8), dtype=np.uint8)
             return bits, _sign_magnitude(fast.sign_pack(flat, bits, scale == "l2"), flat.size, scale)
         return sign_pack_numpy(flat, scale)
-    magnitude = sign_scale(flat, scale)
+    _check_sign_scale(scale)
     n = flat.size
     bits = xp.empty(-(-n // 8), dtype=xp.uint8)
-    _launch(f"sign_pack_{_suffix(flat.dtype)}", bits.size, flat, np.int64(n), bits)
-    return bits, magnitude
+    if not n:
+        return bits, xp.zeros(1, dtype=xp.float32)
+    threads = -(-n // (32 * SIGN_WORDS)) * 32  # one pass: the bits and the scale's partial sums, per block
+    partials = xp.zeros(-(-threads // THREADS), dtype=xp.float64)
+    _launch(f"sign_pack_{_suffix(flat.dtype)}", threads, flat, np.int64(n), np.int32(scale == "l2"), bits, partials)
+    total = partials.sum()
+    magnitude = total / n if scale == "l1" else xp.sqrt(total) / float(np.sqrt(n))
+    return bits, magnitude.astype(xp.float32).reshape(1)
 
 
 def sign_pack_numpy(flat, scale="l1"):

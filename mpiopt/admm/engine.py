@@ -218,9 +218,11 @@ class ConsensusADMM:
 
     def allreduce(self, buffer):
         """Sum ``buffer`` over the ranks, in place, through the reducer; a GPU array is staged through host
-        memory (the reducers work on numpy buffers)."""
+        memory (the reducers work on numpy buffers), except at one rank, where there is nothing to add."""
         if backend.is_numpy(self.xp):
             self.reducer.allreduce(buffer, buffer)
+        elif self.comm.size == 1:  # the sum over one rank is the buffer: no round trip through the host
+            return
         else:
             host = backend.to_host(buffer)
             self.reducer.allreduce(host, host)
@@ -277,25 +279,29 @@ class ConsensusADMM:
         the time limit: the ranks' clocks differ, so the limit is one decision for all)."""
         s, count = self.settings, self.active_ranks
         scalars = self._scalars
+        # The five dot products, then one copy to the host (a GPU syncs once per iteration here, not five times).
+        step = z - z_previous
+        dots = [z @ z, step @ step]
         if self.loss.active:
             difference = x - z
-            scalars[0] = float(difference @ difference)
-            scalars[1] = float(x @ x)
-            scalars[2] = float(u @ u)
+            dots = [difference @ difference, x @ x, u @ u] + dots
+        if backend.is_numpy(self.xp):
+            values = [float(value) for value in dots]
         else:
-            scalars[:3] = 0.0
+            values = backend.to_host(self.xp.stack(dots)).tolist()
+        z_squared, step_squared = values[-2:]
+        scalars[:3] = values[:3] if self.loss.active else 0.0
         scalars[3], scalars[4] = signals.take()
         scalars[5] = float(time_up)
         tock = time.perf_counter()
         self.reducer.allreduce(scalars, scalars)
         self.comm_time += time.perf_counter() - tock
-        step = z - z_previous
-        z_norm = math.sqrt(float(z @ z))
+        z_norm = math.sqrt(z_squared)
         x_norm, u_norm = math.sqrt(float(scalars[1])), math.sqrt(float(scalars[2]))
         sqrt_count_n = math.sqrt(count * self.loss.n)
         return Residuals(
             r_norm=math.sqrt(float(scalars[0])),
-            s_norm=rho * math.sqrt(count) * math.sqrt(float(step @ step)),
+            s_norm=rho * math.sqrt(count) * math.sqrt(step_squared),
             eps_pri=sqrt_count_n * s.eps_abs + s.eps_rel * max(x_norm, math.sqrt(count) * z_norm),
             eps_dual=sqrt_count_n * s.eps_abs + s.eps_rel * rho * u_norm,
             x_norm=x_norm, z_norm=z_norm, u_norm=u_norm,

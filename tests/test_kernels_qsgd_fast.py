@@ -13,7 +13,8 @@ from mpiopt.kernels import compress  # noqa: E402
 from mpiopt.kernels import qsgd_fast as qf  # noqa: E402
 from mpiopt.kernels.philox import philox4x64, philox_key  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not qf.AVAILABLE, reason="the compiled kernels are off (MPIOPT_NUMBA=0)")
+pytestmark = pytest.mark.skipif(not (qf.AVAILABLE and compiled.enabled()),
+                                reason="the compiled kernels are off (MPIOPT_NUMBA=0)")
 
 
 class Twins:

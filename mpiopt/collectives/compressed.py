@@ -267,8 +267,13 @@ class CompressedReducer(Reducer):
         until the next call); the payload is left as it was."""
         total = self._scratch(("payload-sum", slot), payload_array.size, payload_array.dtype,
                               get_array_module(payload_array))
-        self.inner.reduce_into(payload_array, total, "sum")
-        self._count(ring_allreduce_bytes(payload_array.size, payload_array.itemsize, self.size, self.rank))
+        return self._reduce(payload_array, total)
+
+    def _reduce(self, source, total):
+        """``total`` = the sum over ranks of ``source`` (``total`` may be ``source``) by the inner reducer,
+        its ring bytes counted; returns ``total``."""
+        self.inner.reduce_into(source, total, "sum")
+        self._count(ring_allreduce_bytes(source.size, source.itemsize, self.size, self.rank))
         return total
 
     def _gather_payloads(self, parts, block_bytes, xp=np):
@@ -293,8 +298,7 @@ class CompressedReducer(Reducer):
                                get_array_module(*payload_arrays))
         for array, start, stop in zip(payload_arrays, bounds[:-1], bounds[1:]):
             joined[start:stop] = array.reshape(-1)
-        self.inner.reduce_into(joined, joined, "sum")
-        self._count(ring_allreduce_bytes(joined.size, joined.itemsize, self.size, self.rank))
+        self._reduce(joined, joined)  # this reducer's own buffer: summed in place
         return [joined[start:stop] for start, stop in zip(bounds[:-1], bounds[1:])]
 
     def _allreduce_path(self, tensors, step):

@@ -296,6 +296,7 @@ class RingReducer(Reducer):
         ufunc = combiner(ufunc, work.dtype)
         first_sends, first = plan.source_requests(self.comm, self.right, source)
         last = len(steps) - 1
+        wait = self._waitall
         for index, (requests, sends, receives, segments) in enumerate(steps):
             if index == 0:
                 requests, sends = first, first_sends
@@ -303,7 +304,6 @@ class RingReducer(Reducer):
                 continue
             into, offset = (final, shift) if final is not None and index == last else (work, 0)
             _startall(requests)
-            wait = self._waitall
             if len(segments) == 1:
                 wait(requests)
                 lo, hi, incoming = segments[0]
@@ -372,7 +372,6 @@ class RingReducer(Reducer):
             plan.free()
         self._plans.clear()
         super().close()
-
 
 
 @register("reducer", "ring-seg")

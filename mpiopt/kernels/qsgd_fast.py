@@ -56,14 +56,17 @@ norms (their reads overlap the rounds); ``dequantize`` ~4 ms (memory-bound:
 with Philox4x64-10 alone at ~65% of the time.  The numpy twins: ~100 ms + ~11 ms
 (8 bits), ~110 ms + ~20 ms (4 bits).
 
-``MPIOPT_NUMBA=0`` (or numba missing) leaves ``AVAILABLE`` False and the
-functions return None; the caller keeps the numpy twins.
+numba comes through the one switch, :mod:`.compiled` (its ``jit`` options too);
+without numba, or on a big-endian machine (the words are read as little-endian
+uint32 halves), ``AVAILABLE`` is False and the functions return None.
+:mod:`.compress` calls them only while :func:`.compiled.enabled` (so not with
+``MPIOPT_NUMBA=0``); otherwise the numpy twins run.
 """
-import os
 import sys
 
 import numpy as np
 
+from . import compiled
 from .philox import MULTIPLIERS, ROUNDS, WEYL
 
 NORM_MARGIN = 1.0 + 2.0 ** -20  # as mpiopt.kernels.compress (kept here: compress may import this module)
@@ -79,27 +82,16 @@ LINE_BYTES = 64                  # the prefetch stride
 __all__ = ["AVAILABLE", "compress", "dequantize", "norms", "philox_blocks", "quantize", "stream_words"]
 
 
-def _numba():
-    """numba, or None without it (or with MPIOPT_NUMBA=0, or on a big-endian machine: the words are read as
-    little-endian uint32 halves)."""
-    if os.environ.get("MPIOPT_NUMBA", "1") == "0" or sys.byteorder != "little":
-        return None
-    try:
-        import numba
-    except ImportError:
-        return None
-    return numba
-
-
-numba = _numba()
+numba = compiled.numba if sys.byteorder == "little" else None
 if numba is not None:  # the kernels at module level, so that numba's on-disk cache finds them again
     from llvmlite import ir
     from numba.core import cgutils, types
     from numba.extending import intrinsic
 
-    jit = numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False, error_model="numpy")
-    inline = numba.njit(cache=True, fastmath=False, nogil=True, boundscheck=False, error_model="numpy",
-                        inline="always")
+    jit = compiled.jit
+
+    def inline(function):
+        return compiled.jit(function, inline="always")
     i8, i32, i64, i128 = ir.IntType(8), ir.IntType(32), ir.IntType(64), ir.IntType(128)
     v4 = ir.VectorType(i64, 4)
 

@@ -45,7 +45,7 @@ from .settings import RUNTIMES, AsyncSGDSettings, route_method_options
 from .simulator import EventQueue, simulate
 from .taus import TAU_MODELS, FixedTaus, TauModel, get_tau_model
 from .theory import default_batch, default_step_size, predicted_times
-from .graphs import Graph, get_graph
+from .graphs import Graph, get_graph, graph_workers
 from .power import POWER_MODELS, PowerTrace, get_power_model
 from .timing import LinkTimes, Timing
 
@@ -93,16 +93,25 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
         problem_error = problem.data_problem()  # NaN or inf in this rank's data: refused on every rank
     except (ValueError, TypeError, KeyError, ImportError) as error:
         problem_error = f"cannot set up the problem: {error}"
+    n_workers = options.n_workers
+    if problem_error is None and n_workers is None:
+        try:
+            n_workers, problem_error = given_workers(options, compute)
+        except (ValueError, TypeError, KeyError, OSError) as error:
+            problem_error = f"cannot set up the workers' times: {error}"
     if problem_error is None and options.runtime == "mpi":
         workers = comm.size - 1
         if workers < 1:
             problem_error = "the mpi runtime needs at least 2 ranks (a server and a worker)"
         elif options.n_workers not in (None, workers):
             problem_error = f"n_workers={options.n_workers} but there are {workers} worker ranks (ranks - 1)"
+        elif n_workers not in (None, workers):
+            problem_error = f"the times given are for {n_workers} workers but there are {workers} worker ranks " \
+                            "(ranks - 1)"
     if problem_error is None:
         try:
             timing = make_timing(options, compute, comm.size - 1 if options.runtime == "mpi" else
-                                 options.n_workers or DEFAULT_SIMULATED_WORKERS, problem.dim)
+                                 n_workers or DEFAULT_SIMULATED_WORKERS, problem.dim)
         except (ValueError, TypeError, KeyError, OSError) as error:
             problem_error = f"cannot set up the workers' times: {error}"
     if problem_error is None and problem.heterogeneous and problem.n_functions != timing.n_workers:
@@ -115,12 +124,40 @@ def async_sgd(problem="quadratic", comm=None, problem_options=None, method_optio
     return _simulate_on_root(problem, timing, options, comm, started, log_stream)
 
 
+def given_workers(options, compute):
+    """(the worker count that the settings' own per-worker data give, or None; a message when two of them
+    disagree, else None): explicit compute, upload or download times, a power trace's columns, an edge
+    list's workers.  Where ``n_workers`` is not given this count is the run's, on either runtime."""
+    counts = {}
+    if isinstance(compute, FixedTaus):
+        counts["tau"] = compute.values.size
+    for name in ("upload", "download"):
+        value = getattr(options, name)
+        if value is not None and not isinstance(value, str):
+            model = LinkTimes(value, setting=name).model  # a bad time is refused here in the setting's name
+            if isinstance(model, FixedTaus):
+                counts[name] = model.values.size
+    if options.power is not None:
+        traced = get_power_model(options.power, **(options.power_options or {})).n_workers
+        if traced is not None:
+            counts["power"] = traced
+    if options.graph is not None:
+        listed = graph_workers(options.graph, **(options.graph_options or {}))
+        if listed is not None:
+            counts["graph"] = listed
+    if len(set(counts.values())) > 1:
+        return None, "the settings give different worker counts: " + ", ".join(
+            f"{name} {count}" for name, count in counts.items()) + " (give n_workers, or matching times)"
+    return next(iter(counts.values()), None), None
+
+
 def make_timing(options, compute, n_workers, dim):
     """The workers' :class:`.timing.Timing` from the settings: ``compute`` (a compute-time model), upload and
     download times."""
     compute.mean(np.arange(1, n_workers + 1))  # explicit times for fewer workers are refused here
     links = {name: None if getattr(options, name) is None else
-             LinkTimes(getattr(options, name), getattr(options, name + "_scale")) for name in ("upload", "download")}
+             LinkTimes(getattr(options, name), getattr(options, name + "_scale"), setting=name)
+             for name in ("upload", "download")}
     power = None if options.power is None else get_power_model(options.power, **(options.power_options or {}))
     graph = None if options.graph is None else get_graph(options.graph, n_workers, **(options.graph_options or {}))
     return Timing(compute, n_workers, dim, power=power, graph=graph, **links)

@@ -154,6 +154,10 @@ def _grid(n, rho, wrap):
 
 
 def _edge_file(n, path, rho=RHO.default):
+    return Graph(n, _read_edges(path, rho), "edges")
+
+
+def _read_edges(path, rho=RHO.default):
     edges = []
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, 1):
@@ -167,7 +171,7 @@ def _edge_file(n, path, rho=RHO.default):
             except ValueError:
                 raise ValueError(f"{path}:{number}: expected integers i j and a number rho, got "
                                  f"{line.strip()!r}") from None
-    return Graph(n, edges, "edges")
+    return edges
 
 
 register("asyncsgd-graph", "line", lambda n, rho=RHO.default: Graph(n, [(i, i + 1, rho) for i in range(n - 1)],
@@ -196,6 +200,13 @@ def get_graph(graph, n, **values):
     if graph == "edges" and not resolved.get("path"):
         raise ValueError("asyncsgd-graph 'edges' needs path=FILE")
     return factory(int(n), **resolved)
+
+
+def graph_workers(graph, **values):
+    """How many workers a topology names by itself (an edge list file: its largest worker + 1), else None."""
+    if graph != "edges" or not values.get("path"):
+        return None
+    return 1 + max((max(i, j) for i, j, _ in _read_edges(values["path"])), default=0)
 
 
 def pivot_times(graph, pivot):

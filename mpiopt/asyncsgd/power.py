@@ -101,9 +101,11 @@ class PowerTrace:
 
 
 class PowerModel:
-    """Every worker's :class:`PowerTrace` (``traces(n)``), by registered name."""
+    """Every worker's :class:`PowerTrace` (``traces(n)``), by registered name; ``n_workers``: how many
+    workers the model has traces for (None: any number)."""
 
     name = "power"
+    n_workers = None
 
     def traces(self, n_workers):
         raise NotImplementedError
@@ -175,6 +177,7 @@ class RecordedTrace(PowerModel):
         if not rows or len({len(row) for row in rows}) != 1 or len(rows[0]) < 2:
             raise ValueError(f"{self.path}: expected rows of 'time, p_1, ..., p_n' with the same length")
         self.table = np.array(rows)
+        self.n_workers = self.table.shape[1] - 1
 
     def traces(self, n):
         columns = self.table.shape[1] - 1

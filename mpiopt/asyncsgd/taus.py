@@ -131,8 +131,10 @@ class FixedTaus(TauModel):
 
     def __init__(self, values):
         self.values = np.asarray(values, dtype=np.float64).reshape(-1)
-        if self.values.size == 0 or not np.all(np.isfinite(self.values)) or np.any(self.values <= 0):
-            raise ValueError("fixed compute times must be finite and > 0")
+        bad = np.flatnonzero(~(np.isfinite(self.values) & (self.values > 0)))
+        if self.values.size == 0 or bad.size:
+            where = f", got {float(self.values[bad[0]])!r} for worker {bad[0]} (counting from 0)" if bad.size else ""
+            raise ValueError(f"fixed compute times must be finite and > 0{where}")
 
     def mean(self, workers):
         workers = np.asarray(workers)

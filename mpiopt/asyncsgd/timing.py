@@ -43,9 +43,16 @@ from .taus import TauModel, get_tau_model
 
 
 class LinkTimes:
-    """Per-coordinate times of one direction of the workers' links: worker i's is ``scale * model(i)``."""
+    """Per-coordinate times of one direction of the workers' links: worker i's is ``scale * model(i)``;
+    ``setting`` names them in messages (``upload``, ``download``)."""
 
-    def __init__(self, model, scale=1.0, model_options=None):
+    def __init__(self, model, scale=1.0, model_options=None, setting="communication"):
+        if not isinstance(model, (str, TauModel)):  # explicit times: say which one is wrong, and where
+            values = np.asarray(model, dtype=np.float64).reshape(-1)
+            bad = np.flatnonzero(~(np.isfinite(values) & (values > 0)))
+            if values.size == 0 or bad.size:
+                where = f"{float(values[bad[0]])!r} for worker {bad[0]} (counting from 0)" if bad.size else "no times"
+                raise ValueError(f"{setting} times per coordinate must be finite and > 0, got {where}")
         self.model = get_tau_model(model, **(model_options or {}))
         if not self.model.fixed:
             raise ValueError(f"communication times must be fixed per worker; {self.model.describe()} is not")

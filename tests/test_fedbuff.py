@@ -54,6 +54,44 @@ def test_fedbuff_at_one_rank_raises_a_collective_error():
         run_fedbuff(softmax(), iid_clients(4), MPI.COMM_SELF, server_steps=1)
 
 
+# run_fedbuff's documented keywords: buffer_size, server_steps (or rounds), server_lr, staleness,
+# staleness_exponent, concurrency, and any setting of run_federated
+KEYWORDS = [{"rounds": 2}, {"server_steps": 2}, {"buffer_size": 2}, {"server_lr": 0.5}, {"staleness": "constant"},
+            {"staleness_exponent": 1.0}, {"concurrency": 2}, {"lr": 0.05}]
+
+
+@pytest.mark.parametrize("keyword", KEYWORDS, ids=lambda keyword: next(iter(keyword)))
+def test_run_fedbuff_takes_each_documented_keyword(keyword):
+    # at one rank every accepted call ends in the same refusal: FedBuff needs a server and a worker
+    with pytest.raises(CollectiveError, match="fedbuff needs at least 2 ranks"):
+        run_fedbuff(softmax(), iid_clients(4), MPI.COMM_SELF, **keyword)
+
+
+def test_run_fedbuff_refuses_rounds_and_server_steps_together_in_one_line():
+    with pytest.raises(CollectiveError) as caught:
+        run_fedbuff(softmax(), iid_clients(4), MPI.COMM_SELF, rounds=2, server_steps=3)
+    assert str(caught.value) == ("rank 0: run_fedbuff: give rounds or server_steps (both are the server's steps), "
+                                 "not both: rounds=2, server_steps=3")
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_run_fedbuff_with_its_documented_keywords_is_run_federated(comm):
+    """One worker (two ranks): deterministic, so the older name and the new call give the same model."""
+    needs_two_ranks(comm)
+    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
+    if pair == MPI.COMM_NULL:
+        return
+    options = {"buffer_size": 2, "server_lr": 0.5, "staleness": "constant", "staleness_exponent": 1.0,
+               "concurrency": 2}
+    direct = run_federated(softmax(), iid_clients(6), "fedbuff", pair, strategy_options=options, rounds=3, lr=0.05)
+    for steps in ({"rounds": 3}, {"server_steps": 3}):
+        older = run_fedbuff(softmax(), iid_clients(6), pair, lr=0.05, **options, **steps)
+        assert older.rounds == 3 and older.info["strategy_options"] == direct.info["strategy_options"], steps
+        assert np.array_equal(older.params, direct.params), steps
+    pair.Free()
+
+
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 def test_bad_settings_raise_the_same_error_on_every_rank(comm):

@@ -23,7 +23,8 @@ with s constant, polynomial (1 + tau)^(-a) or hinge (1 if tau <= b, else
 How they run (placement, sessions, checkpoints, what is deterministic):
 :mod:`.asynchronous`.  ``run_fedbuff(model, clients, comm, buffer_size=...,
 server_steps=...)`` is ``run_federated(model, clients, "fedbuff", comm,
-strategy_options={...}, rounds=server_steps)`` under its older name.
+strategy_options={...}, rounds=server_steps)`` under its older name
+(``rounds`` is accepted for ``server_steps``).
 """
 
 from ..core.options import Option, Options
@@ -134,11 +135,22 @@ class FedAsync(AsyncStrategy):
         return grad + self.rho * (params - ctx.global_params) if self.rho else grad
 
 
-def run_fedbuff(model, clients, comm=None, *, buffer_size=10, server_steps=10, server_lr=1.0, staleness="polynomial",
-                staleness_exponent=0.5, concurrency=1, **settings):
+def run_fedbuff(model, clients, comm=None, *, buffer_size=10, server_steps=None, server_lr=1.0,
+                staleness="polynomial", staleness_exponent=0.5, concurrency=1, **settings):
     """FedBuff under its older name: ``run_federated(model, clients, "fedbuff", comm, rounds=server_steps,
-    strategy_options={buffer_size, server_lr, staleness, staleness_exponent, concurrency}, **settings)``."""
+    strategy_options={buffer_size, server_lr, staleness, staleness_exponent, concurrency}, **settings)``.
+
+    ``server_steps`` and ``rounds`` both name the server's steps (10 when neither is given); giving both is
+    refused, the same CollectiveError on every rank.  Any other keyword is a setting of ``run_federated``.
+    """
+    from ..core.comm import check_collectively, resolve_comm
     from .runner import run_federated
+    comm = resolve_comm(comm)
+    rounds = settings.pop("rounds", None)
+    check_collectively(comm, None if rounds is None or server_steps is None else
+                       f"run_fedbuff: give rounds or server_steps (both are the server's steps), not both: "
+                       f"rounds={rounds!r}, server_steps={server_steps!r}")
     options = {"buffer_size": buffer_size, "server_lr": server_lr, "staleness": staleness,
                "staleness_exponent": staleness_exponent, "concurrency": concurrency}
-    return run_federated(model, clients, "fedbuff", comm, strategy_options=options, rounds=server_steps, **settings)
+    steps = next((value for value in (server_steps, rounds) if value is not None), 10)
+    return run_federated(model, clients, "fedbuff", comm, strategy_options=options, rounds=steps, **settings)

@@ -127,10 +127,49 @@ def test_what_cannot_compose_is_refused_in_one_line_on_every_rank(comm):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
-def test_bulyan_with_too_few_reports_fails_on_every_rank_alike(comm):
-    with pytest.raises(CollectiveError, match=r"round 0: bulyan needs n >= 4 f \+ 3 reporting clients"):
+def test_a_rule_no_round_can_satisfy_is_refused_before_the_first_round_on_every_rank(comm):
+    # 10 of the 20 clients a round: Bulyan with f = 4 needs 19, multi-Krum with to_keep = 12 needs 12
+    cases = [("bulyan", {"num_malicious": 4}, "bulyan needs at least 19 reporting clients a round "
+              "(n >= 4 f + 3 with f = 4), and a round has at most 10 (10 of the 20 clients sampled, fraction 0.5)"),
+             ("multikrum", {"num_malicious": 2, "to_keep": 12}, "multikrum needs at least 12 reporting clients a "
+              "round (n >= to_keep = 12), and a round has at most 10")]
+    for strategy, options, message in cases:
+        with pytest.raises(CollectiveError) as raised:
+            run_federated(softmax(), PARTS, strategy, comm, strategy_options=options, rounds=1, fraction=0.5,
+                          log_stream=None)
+        assert message in str(raised.value), str(raised.value)
+        assert "round 0" not in str(raised.value) and "\n" not in str(raised.value)
+        assert comm.allgather(str(raised.value)) == [str(raised.value)] * comm.size
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_bulyan_with_too_few_reports_in_a_round_fails_on_every_rank_alike(comm):
+    # every client sampled (20 >= 19), but dropouts leave round 0 short: refused there, as Flower's Bulyan raises
+    with pytest.raises(CollectiveError, match=r"round 0: bulyan needs n >= 4 f \+ 3 reporting clients") as raised:
         run_federated(softmax(), PARTS, "bulyan", comm, strategy_options={"num_malicious": 4}, rounds=1,
-                      fraction=0.5)
+                      fraction=1.0, dropout=0.3)
+    assert comm.allgather(str(raised.value)) == [str(raised.value)] * comm.size
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_round_short_of_reports_is_warned_once_on_rank_0_and_noted_in_each_such_round(comm):
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_federated(softmax(), PARTS, "multikrum", comm, strategy_options={"num_malicious": 2,
+                               "to_keep": 8}, rounds=4, fraction=0.5, dropout=0.4, lr=0.1)
+    short = [index for index, reports in enumerate(result.history["participants"]) if reports < 8]
+    assert short, result.history["participants"]
+    messages = [str(warning.message) for warning in caught if issubclass(warning.category, RuntimeWarning)]
+    first = result.history["participants"][short[0]]
+    assert messages == ([f"round {short[0] + 1}: {first} reports, fewer than 8 (n >= to_keep = 8): multikrum "
+                         f"averages all {first} (warned once per run; each such round's note says so)"]
+                        if comm.rank == 0 else [])
+    assert [index for index, note in enumerate(result.history["note"]) if note] == short
+    assert all(result.history["note"][index].endswith(f"multikrum averages all {result.history['participants'][index]}")
+               for index in short)
 
 
 class Silent(Hook):

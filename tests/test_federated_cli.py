@@ -118,3 +118,14 @@ def test_cli_federated_refuses_an_option_whose_package_is_missing_before_the_fir
     assert completed.returncode == 2, completed.stderr
     assert completed.stderr.count(message) == 1 and completed.stderr.count("\n") == 1, completed.stderr
     assert "Traceback" not in completed.stderr and not (tmp_path / "fed.json").exists()
+
+
+def test_cli_federated_refuses_a_robust_rule_no_round_can_satisfy_before_the_first_round(tmp_path):
+    # the defaults sample 10 of 100 clients a round; Bulyan with f = 2 needs 4 f + 3 = 11 of them
+    completed = run_mpi(2, "-m", "mpiopt", "federated", "--strategy", "bulyan", "--strategy-opt", "num_malicious=2",
+                        "--byzantine", "0.2", "--attack", "alie", "--output", "fed.json", cwd=tmp_path, timeout=120)
+    message = ("ranks 0-1: bulyan needs at least 11 reporting clients a round (n >= 4 f + 3 with f = 2), and a round "
+               "has at most 10 (10 of the 100 clients sampled, fraction 0.1)")
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count(message) == 1 and completed.stderr.count("\n") == 1, completed.stderr
+    assert "mpiopt federated learning" not in completed.stdout and not (tmp_path / "fed.json").exists()

@@ -17,9 +17,17 @@ classes' defaults.  Flower's FedAdam scales eta by the bias correction
 sqrt(1 - beta_2^(t+1)) / (1 - beta_1^(t+1)) for its 1-based round t
 (``bias_correction="flower"``, the default here, so the two are equal); the
 paper has none (``"none"``) and Kingma and Ba's Adam uses the exponent t
-(``"adam"``).  Here t counts the server's steps (a round in which no client
-reported takes none); Flower counts rounds: the two agree when every round
-reports.
+(``"adam"``).  What t counts is ``step_count``: ``"steps"`` (the default),
+the server steps taken, so a round in which no client reported (every
+sampled client dropped, or Poisson sampling drew none) takes no step and
+leaves t as it was; or ``"rounds"``, Flower's ``server_round``, every round
+whether or not it moved the model.  The default is the steps because the
+correction divides out the weight that the zero start m_0 = v_0 = 0 still
+carries in m and v, (1 - beta^s) after s updates of the moments, and a round
+without reports does not update them; counting rounds over-corrects after
+empty rounds (smaller steps than Adam's).  The two agree when every round
+reports.  FedAdagrad and FedYogi have no correction: no count enters their
+step, so an empty round changes nothing, in Flower too.
 
 Because the server step only post-processes the average, these strategies
 ``average``: DP-FedAvg's noisy clipped mean and secure aggregation's masked
@@ -34,6 +42,7 @@ from ..core.settings import is_number
 from .strategy import Strategy
 
 BIAS_CORRECTIONS = ("flower", "adam", "none")
+STEP_COUNTS = ("steps", "rounds")
 
 
 class FedOpt(Strategy):
@@ -108,14 +117,22 @@ class FedAdam(FedOpt):
     defaults = {"eta": 1e-1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
     options = FedOpt.declare(**defaults) + Options(
         Option("bias_correction", str, "flower", "eta's bias correction: flower (exponent t + 1, Flower's "
-               "FedAdam), adam (exponent t) or none (the paper's Algorithm 2)", choices=BIAS_CORRECTIONS))
+               "FedAdam), adam (exponent t) or none (the paper's Algorithm 2)", choices=BIAS_CORRECTIONS),
+        Option("step_count", str, "steps", "what t of the bias correction counts: steps (the server steps taken; "
+               "a round without reports takes none) or rounds (every round, Flower's server_round)",
+               choices=STEP_COUNTS))
 
-    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None, bias_correction="flower"):
-        if bias_correction not in BIAS_CORRECTIONS:
-            raise ValueError(f"fedadam: bias_correction must be one of {', '.join(BIAS_CORRECTIONS)}, "
-                             f"got {bias_correction!r}")
+    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None, bias_correction="flower", step_count="steps"):
+        problem = type(self).options.problem({"bias_correction": bias_correction, "step_count": step_count},
+                                             self.name)
+        if problem:
+            raise ValueError(problem)
         super().__init__(eta, beta_1, beta_2, tau)
-        self.bias_correction = bias_correction
+        self.bias_correction, self.step_count = bias_correction, step_count
+        self.rounds = 0
+
+    def begin_round(self, round):
+        self.rounds = round + 1  # Flower's 1-based server_round
 
     def second_moment(self, v, delta):
         return self.beta_2 * v + (1 - self.beta_2) * (delta * delta)
@@ -123,7 +140,8 @@ class FedAdam(FedOpt):
     def step_size(self):
         if self.bias_correction == "none":
             return self.eta
-        t = self.steps + (1.0 if self.bias_correction == "flower" else 0.0)
+        count = self.rounds if self.step_count == "rounds" else self.steps
+        t = count + (1.0 if self.bias_correction == "flower" else 0.0)
         return self.eta * np.sqrt(1 - np.power(self.beta_2, t)) / (1 - np.power(self.beta_1, t))
 
 

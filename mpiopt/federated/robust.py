@@ -24,8 +24,20 @@ w_t + Delta):
 
 Breakdown points (the share of Byzantine updates each tolerates): median and
 Krum below 1/2 (Krum needs 2 f + 2 < n), trimmed mean below beta, Bulyan
-f <= (n - 3) / 4.  A rule that cannot run on a round's n (Bulyan with too few
-reports) raises a ValueError on every rank alike, which the runner reports.
+f <= (n - 3) / 4.
+
+Fewer reports than a rule asks for (``fewest_reports``: the trimmed mean's
+floor(beta n) >= 1, Krum's n - f - 2 >= 1, multi-Krum's n >= to_keep,
+Bulyan's n >= 4 f + 3).  When no round can have that many (fixed sampling's
+m, or all K under Poisson sampling) ``setup`` refuses the run before its
+first round.  When dropouts, stragglers or failures leave a round short,
+each rule does one thing, named by ``shortfall`` (the round's note and a
+warning once per run): the trimmed mean cuts floor(beta n) (none: the mean)
+and Krum scores by max(1, n - f - 2) neighbours, both as Flower does;
+multi-Krum averages all n reports (Flower 1.42 keeps to_keep - n of them when
+n < to_keep < 2 n, its slice wrapping around, which is not a rule); Bulyan
+raises a ValueError, as Flower's does, which the runner turns into the same
+CollectiveError on every rank.
 
 Cost per round, n updates of d: median and trimmed mean O(n d) (a partition
 per coordinate); Krum O(n^2 d) for the distances; Bulyan O(n^3 d) (theta
@@ -43,12 +55,52 @@ from .strategy import Strategy
 class RobustStrategy(Strategy):
     averages = False
 
+    def fewest_reports(self):
+        """(n, why): the fewest reports with which the rule is the one it names, and its condition in words."""
+        return 1, "n >= 1"
+
+    def setup(self, run):
+        """A run in which no round can have the reports the rule needs is refused (one line), else None."""
+        need, why = self.fewest_reports()
+        most, how = most_reports(self, run)
+        if most >= need:
+            return None
+        return (f"{self.name} needs at least {need} reporting clients a round ({why}), and a round has at most "
+                f"{most} ({how}): sample more clients or relax the rule's options")
+
+    def shortfall(self, reports):
+        need, why = self.fewest_reports()
+        return None if reports >= need else f"{reports} reports, fewer than {need} ({why}): {self.fallback(reports)}"
+
+    def fallback(self, reports):
+        """What the rule does with too few reports, in words."""
+        raise NotImplementedError
+
     def aggregate_fit(self, updates):
         return self.rule(np.array([update.delta for update in updates]),
                          np.array([update.weight for update in updates]))
 
     def rule(self, deltas, weights):
         raise NotImplementedError
+
+
+def most_reports(strategy, run):
+    """(the most reports a round of ``run`` can have, in words): fixed sampling's m, or all K clients."""
+    settings, clients = run.settings, run.n_clients
+    if settings is None or settings.client_sampling == "poisson":
+        return clients, f"all {clients} clients"
+    sampled = strategy.sample_size(clients, settings.fraction)
+    return sampled, f"{sampled} of the {clients} clients sampled, fraction {settings.fraction:g}"
+
+
+def smallest_cut_count(beta):
+    """The fewest n with floor(beta n) >= 1 (1 for beta = 0: nothing is to be cut)."""
+    if beta == 0:
+        return 1
+    n = max(1, int(np.ceil(1.0 / beta)) - 1)
+    while int(beta * n) < 1:  # the float product, as trimmed_mean computes it
+        n += 1
+    return n
 
 
 def weighted_mean(deltas, weights):
@@ -106,12 +158,27 @@ class TrimmedMean(RobustStrategy):
         super().__init__(server_lr, server_momentum)
         self.beta = float(beta)
 
+    def fewest_reports(self):
+        return smallest_cut_count(self.beta), f"floor(beta n) >= 1 with beta = {self.beta:g}"
+
+    def fallback(self, reports):
+        return "trimmed_mean cuts none of them and takes their plain mean, as Flower's FedTrimmedAvg"
+
     def rule(self, deltas, weights):
         return trimmed_mean(deltas, self.beta)
 
 
 def _malicious_option():
     return Option("num_malicious", int, 0, "f: the Byzantine updates the rule assumes", low=0)
+
+
+def _krum_condition(num_malicious):
+    return num_malicious + 3, f"n - f - 2 >= 1 with f = {num_malicious}"
+
+
+def _krum_fallback(name, reports, num_malicious):
+    return (f"{name} scores each by its max(1, n - f - 2) = {max(1, reports - num_malicious - 2)} nearest others, "
+            "as Flower's Krum")
 
 
 def _check_count(name, label, value):
@@ -128,6 +195,12 @@ class Krum(RobustStrategy):
     def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
         super().__init__(server_lr, server_momentum)
         self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
+
+    def fewest_reports(self):
+        return _krum_condition(self.num_malicious)
+
+    def fallback(self, reports):
+        return _krum_fallback(self.name, reports, self.num_malicious)
 
     def rule(self, deltas, weights):
         return deltas[int(np.argmin(krum_scores(deltas, self.num_malicious)))].copy()
@@ -147,6 +220,16 @@ class MultiKrum(RobustStrategy):
         if self.to_keep < 1:
             raise ValueError(f"multikrum: to_keep must be >= 1, got {to_keep!r}")
 
+    def fewest_reports(self):
+        need, why = _krum_condition(self.num_malicious)
+        return (need, why) if need >= self.to_keep else (self.to_keep, f"n >= to_keep = {self.to_keep}")
+
+    def fallback(self, reports):
+        kept = f"multikrum averages all {reports}" if reports < self.to_keep else None
+        scored = (_krum_fallback(self.name, reports, self.num_malicious)
+                  if reports < _krum_condition(self.num_malicious)[0] else None)
+        return "; ".join(part for part in (scored, kept) if part)
+
     def rule(self, deltas, weights):
         scores = krum_scores(deltas, self.num_malicious)
         best = np.argsort(scores)[::-1][len(scores) - min(self.to_keep, len(scores)):]
@@ -161,6 +244,12 @@ class Bulyan(RobustStrategy):
     def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
         super().__init__(server_lr, server_momentum)
         self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
+
+    def fewest_reports(self):
+        return 4 * self.num_malicious + 3, f"n >= 4 f + 3 with f = {self.num_malicious}"
+
+    def shortfall(self, reports):
+        return None  # the rule refuses the round instead (its ValueError), as Flower's Bulyan does
 
     def rule(self, deltas, weights):
         f, n = self.num_malicious, len(deltas)

@@ -4,8 +4,8 @@ Placement: client k lives on rank ``k % p`` (round-robin, so every rank gets
 a share of any sampled subset); ``clients[k]`` is read only there, so
 ``clients`` may be a lazy sequence.  Each round t:
 
-1. ``strategy.configure_fit(t, K, C, seed, client_sampling)`` samples the
-   clients (the same on every rank): max(1, round(C K)) of them ("fixed"), or
+1. ``strategy.begin_round(t)``; ``strategy.configure_fit(t, K, C, seed,
+   client_sampling)`` samples the clients (the same on every rank): max(1, round(C K)) of them ("fixed"), or
    each with probability C ("poisson"; possibly none);
 2. each rank runs its sampled clients in turn, in client order: a client
    drops out with probability p (``random_stream(seed, "dropout", t, k)``),
@@ -27,7 +27,8 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    unless ``tolerate_failures``; otherwise every rank sorts the rows by
    client and computes, in client order, Delta = ``strategy.aggregate_fit``
    (or the ``aggregate(updates, round)`` of the one hook that has it: a
-   masked sum), then each hook's ``transform_aggregate(delta, round,
+   masked sum; with fewer reports than the rule asks for, ``strategy.shortfall``
+   is the round's note and a warning once per run on rank 0), then each hook's ``transform_aggregate(delta, round,
    updates)`` (server noise), then ``strategy.server_update(params, delta)``.  No report (none
    sampled, or every sampled client dropped or failed): the model is kept and the round's note
    says so, unless a hook has ``transforms_empty_rounds`` (DP-FedAvg under Poisson sampling,
@@ -46,6 +47,7 @@ import contextlib
 import dataclasses
 import inspect
 import time
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -251,6 +253,7 @@ class Federation:
                                                     model.check_targets(test_data[1], len(test_data[1])))
         self.history = {column: [] for column in SCALAR_COLUMNS + LIST_COLUMNS + ("failures", "note")}
         self.next_round, self.elapsed_before, self.checkpointer = 0, 0.0, None
+        self.warned = False  # the strategy's shortfall is warned once per run
         self.layout = Layout(strategy, model.n_params)
         self.states = ClientStates(strategy, model.n_params)
         self.attack, self.byzantine = attack, set(int(k) for k in byzantine_clients(n_clients, settings.byzantine,
@@ -334,6 +337,7 @@ class Federation:
 
     def round(self, round, signals):
         s = self.settings
+        self.strategy.begin_round(round)
         sampled = self.strategy.configure_fit(round, self.n_clients, s.fraction, s.seed, s.client_sampling)
         if self.hooks:
             participants = [int(k) for k in sampled if self.fate(round, int(k))[0] is None]
@@ -347,6 +351,9 @@ class Federation:
         updates, report.byzantine = forge_updates(updates, self.attack, self.byzantine, round, s.seed)
         transforms = [hook for hook in self.hooks if updates or hook.transforms_empty_rounds]
         if updates:
+            note = self.strategy.shortfall(len(updates))
+            if note:
+                self.warn_once(round, note)
             aggregators = [hook for hook in self.hooks if hook.replaces_aggregation]
             try:  # the same on every rank: a rule that cannot run on this round's reports fails everywhere alike
                 delta = (aggregators[0].aggregate(updates, round) if aggregators
@@ -365,6 +372,13 @@ class Federation:
             self.params = self.strategy.server_update(self.params, delta)
         self.record(round, sampled, report, loss, note)
         return report
+
+    def warn_once(self, round, message):
+        """A RuntimeWarning on rank 0, the first time in this run that a round needs one."""
+        if not self.warned and self.comm.rank == 0:
+            warnings.warn(f"round {round + 1}: {message} (warned once per run; each such round's note says so)",
+                          RuntimeWarning, stacklevel=2)
+        self.warned = True
 
     def record(self, round, sampled, report, loss, note):
         s, fates = self.settings, list(report.fates.values())

@@ -5,6 +5,8 @@ with its ``FitIns`` / ``FitRes`` channel, on flat parameter vectors and MPI.
 Each round t, on every rank alike (the server's state is replicated, so the
 same decisions are taken everywhere without a message):
 
+* ``begin_round(round)``: every round, also one in which no client reports
+  (Flower's ``server_round``; FedAdam's ``step_count="rounds"`` counts them);
 * ``configure_fit(round, n_clients, fraction, seed, sampling="fixed")``: the
   sampled clients, sorted, drawn from ``random_stream(seed, "sample", round)``
   (the same at any rank count): with ``sampling="fixed"``
@@ -38,6 +40,9 @@ the rounds it takes part in, declared by ``client_state`` and made by
 and on every rank again, from the gathered updates in client order:
 
 * ``aggregate_fit(updates)``: the server's direction Delta;
+  ``shortfall(len(updates))`` says, in one line, when the round has fewer
+  reports than the rule asks for and what the rule does instead (the round's
+  note, and a warning once per run on rank 0);
 * ``server_update(params, delta)``: the server optimizer.  FedAvgM (Hsu et
   al. 2019): ``v = beta v + Delta``, ``w_{t+1} = w_t + eta_s v``; with
   ``server_lr = 1`` and ``server_momentum = 0`` (the default) it is
@@ -215,6 +220,9 @@ class Strategy:
     def __repr__(self):
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.option_values().items())})"
 
+    def begin_round(self, round):
+        """The start of ``round`` (0-based), on every rank, whether or not any client reports in it."""
+
     # -- configure_fit ------------------------------------------------------------------
     def sample_size(self, n_clients, fraction):
         """m = max(1, round(fraction K)) (halves rounded up, at most K): how many clients ``configure_fit`` samples."""
@@ -270,6 +278,10 @@ class Strategy:
         for update in updates:
             delta += (update.weight / total) * update.delta
         return delta
+
+    def shortfall(self, reports):
+        """None, or one line: ``reports`` updates are fewer than the rule asks for, and what it does with them."""
+        return None
 
     def server_update(self, params, delta):
         """w_t + eta_s v with v = beta v + Delta (FedAvgM); w_t + Delta by default."""

@@ -1,10 +1,10 @@
-"""Issue 22: workers on graphs (topologies, shortest-path times, trees) and Fragile and Amelie SGD.
+"""Workers on graphs (topologies, shortest-path times, trees) and Fragile and Amelie SGD under the uncongested links.
 
 References outside the code: Floyd-Warshall written here for the shortest paths, brute force over every
 subset of workers for the equilibrium t*, and each method's round transcribed below with an event loop of
 its own: worker i's k-th gradient of a round reaches the pivot at t + tau_{j->i} + k h_i + tau_{i->j}
-(exact rational times), the pivot steps by Rennala's rule (Fragile) or Malenia's (Amelie) and every worker
-starts again.
+(exact rational times; ``links="uncongested"``), the pivot steps by Rennala's rule (Fragile) or Malenia's
+(Amelie) and every worker starts again.  The paper's link model is tested in test_asyncsgd_treelinks.py.
 """
 import itertools
 import math
@@ -138,7 +138,7 @@ def test_fragile_is_its_round_on_the_tree(topology, rho, batch):
     problem = get_problem("quadratic", dim=5, noise=0.5)
     result = async_sgd("quadratic", comm=SELF, problem_options={"dim": 5, "noise": 0.5}, method="fragile",
                        batch=batch, tau=h, n_workers=6, graph=topology, graph_options={"rho": rho}, seed=2, max_steps=7,
-                       stop_at_epsilon=False)
+                       stop_at_epsilon=False, links="uncongested")
     pivot = result.info["parameters"]["pivot"]
     tau = floyd_warshall(6, graph.edges)
     per_pivot = [equilibrium(batch, np.array(h), tau[:, j] + tau[j, :]) for j in range(6)]
@@ -158,7 +158,7 @@ def test_amelie_is_its_round_on_the_tree():
     problem = get_problem("heterogeneous-quadratic", seed=3, **options)
     result = async_sgd("heterogeneous-quadratic", comm=SELF, problem_options=options, method="amelie", batch=9,
                        tau=h, n_workers=5, graph="ring", graph_options={"rho": 0.5}, seed=3, max_steps=6,
-                       stop_at_epsilon=False)
+                       stop_at_epsilon=False, links="uncongested")
     graph = get_graph("ring", 5, rho=0.5)
     tau = floyd_warshall(5, graph.edges)
     pivot = result.info["parameters"]["pivot"]
@@ -234,7 +234,7 @@ def test_fragile_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edge
     simulated, run = check_mpi_run_is_the_simulated_one(
         comm, "quadratic", GRAPH_TAUS, 0.29, 0.3, problem_options={"dim": 4, "noise": 1.0}, method="fragile",
         graph="line", graph_options={"rho": 0.45}, batch=2, pivot=pivot, max_steps=6, stop_at_epsilon=False,
-        trace=True, seed=5)
+        trace=True, seed=5, links="uncongested")
     check_the_vectors_travelled_along_the_tree(run, simulated.info["parameters"]["pivot"])
 
 
@@ -245,7 +245,8 @@ def test_amelie_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edges
     simulated, run = check_mpi_run_is_the_simulated_one(
         comm, "heterogeneous-quadratic", AMELIE_TAUS, 0.29, 0.3,
         problem_options={"dim": 4, "noise": 1.0, "workers": comm.size - 1}, method="amelie", graph="line",
-        graph_options={"rho": 0.45}, pivot=0, batch=2, max_steps=4, stop_at_epsilon=False, trace=True, seed=5)
+        graph_options={"rho": 0.45}, pivot=0, batch=2, max_steps=4, stop_at_epsilon=False, trace=True, seed=5,
+        links="uncongested")
     check_the_vectors_travelled_along_the_tree(run, 0)
 
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from .graphs import TreeJobs, graph_of
+from .graphs import LINKS, TreeJobs, graph_of
 from .malenia import MaleniaSGD, malenia_batch
 
 
@@ -33,7 +33,7 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
     options = Options(
         Option("batch", int, None, "S: stop collecting once (1/n sum 1/B_i)^(-1) >= S/n (None: max(ceil("
                                    "sigma^2/eps), n))", low=1),
-        Option("pivot", int, None, "the pivot worker (None: the graph's centre)", low=0))
+        Option("pivot", int, None, "the pivot worker (None: the graph's centre)", low=0), LINKS)
 
     @classmethod
     def timing_options(cls, values, problem, epsilon, timing):
@@ -41,11 +41,22 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
         tau = graph.times()
         pivot = int(np.argmin(np.max(tau + tau.T, axis=1))) if values["pivot"] is None else values["pivot"]
         return {"batch": values["batch"] or malenia_batch(problem.sigma2, epsilon, timing.n_workers),
-                **cls.tree_options(graph, pivot)}
+                **cls.tree_options(graph, pivot, values["links"], timing)}
 
-    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
+    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after, links, parent, up, timing, seed=0):
         super().__init__(x0, n_workers, step_size, batch)
-        self._tree_jobs(pivot, before, after)
+        self._tree_jobs(pivot, before, after, links, parent, up, timing, seed)
+
+    def tree_rule(self, counts):
+        """Malenia's rule on the pivot's counts: every B_i >= 1 and (1/n sum 1/B_i)^(-1) >= S/n."""
+        return bool(np.all(counts > 0)) and self.n_workers / np.sum(1.0 / counts) >= self.batch_size / self.n_workers
+
+    def tree_step(self, sums, counts):
+        """x_{k+1} = x_k - gamma (1/n) sum_i g_i / B_i, in worker order."""
+        direction = np.zeros(self.x.size)
+        for i in range(self.n_workers):
+            direction += sums[i] / counts[i]
+        self._step(direction / self.n_workers, self.step_size)
 
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}

@@ -133,6 +133,7 @@ class Method:
         self.discarded = np.zeros(self.n_workers, dtype=np.int64)   # stale gradients thrown away, per worker
         self.steps_taken = 0
         self.finished = 1  # how many gradients the arriving result sums (the runtime sets it)
+        self.now = 0.0     # the runtime's clock at the arriving result (the runtime sets it)
 
     def state(self, skip=()):
         """(arrays, JSON values) of everything the method holds, for a checkpoint (:mod:`.checkpoint`): its

@@ -29,7 +29,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.registry import register
 from . import theory
-from .graphs import TreeJobs, best_pivot, equilibrium, graph_of
+from .graphs import LINKS, TreeJobs, best_pivot, equilibrium, graph_of
 from .rennala import RennalaSGD
 
 
@@ -39,7 +39,7 @@ class FragileSGD(TreeJobs, RennalaSGD):
     uses_jobs = True
     options = Options(
         Option("batch", int, None, "S, gradients per step (None: max(1, ceil(sigma^2/epsilon)))", low=1),
-        Option("pivot", int, None, "the pivot worker (None: the one of least predicted time)", low=0))
+        Option("pivot", int, None, "the pivot worker (None: the one of least predicted time)", low=0), LINKS)
 
     @classmethod
     def timing_options(cls, values, problem, epsilon, timing):
@@ -47,15 +47,26 @@ class FragileSGD(TreeJobs, RennalaSGD):
         h = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
         batch = values["batch"] or theory.default_batch(problem.sigma2, epsilon)
         pivot = best_pivot(graph, h, batch)[1] if values["pivot"] is None else values["pivot"]
-        return {"batch": batch, **cls.tree_options(graph, pivot)}
+        return {"batch": batch, **cls.tree_options(graph, pivot, values["links"], timing)}
 
     @classmethod
     def default_step_size(cls, problem, n_workers, epsilon, values):
         return 1 / (2 * problem.L)
 
-    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after):
+    def __init__(self, x0, n_workers, step_size, batch, pivot, before, after, links, parent, up, timing, seed=0):
         super().__init__(x0, n_workers, step_size, batch, restart=True)
-        self._tree_jobs(pivot, before, after)
+        self._tree_jobs(pivot, before, after, links, parent, up, timing, seed)
+
+    def tree_rule(self, counts):
+        """The paper's round: the pivot steps once it holds S gradients."""
+        return counts.sum() >= self.batch_size
+
+    def tree_step(self, sums, counts):
+        """x_{k+1} = x_k - gamma (1/B) sum of the B gradients held, B >= S, the workers' sums in worker order."""
+        total = np.zeros(self.x.size)
+        for worker in np.flatnonzero(counts):
+            total += sums[worker]
+        self._step(total / counts.sum(), self.step_size)
 
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}

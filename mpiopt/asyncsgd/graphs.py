@@ -40,7 +40,9 @@ from scipy.sparse.csgraph import connected_components, shortest_path
 
 from ..core.options import Option, Options
 from ..core.registry import lookup, names, options, register
+from ..core.random import random_stream
 from .jobs import PLAIN, Job
+from .treelinks import tree_round
 
 RHO = Option("rho", float, 1.0, "the time to send one vector along an edge", low=0)
 
@@ -224,36 +226,105 @@ def graph_of(cls, timing):
     return graph
 
 
+PAPER, UNCONGESTED = "paper", "uncongested"
+LINKS = Option("links", str, PAPER, "how the tree's links are timed: 'paper' (Algorithm 4: each worker sends its "
+                                    "accumulated sum to its parent, one message per link at a time, and the parents "
+                                    "add what arrives) or 'uncongested' (worker i's k-th gradient reaches the pivot "
+                                    "at tau_{j->i} + k h_i + tau_{i->j}, any number of messages on a link at once)",
+               choices=(PAPER, UNCONGESTED))
+
+
 class TreeJobs:
-    """The jobs of a pivot's rounds on a graph, for a method that restarts every worker after each step
-    (``ALL``): a worker's first job of a round waits for x to reach it (tau_{pivot->i}) and its result's
-    travel back (tau_{i->pivot}); the next ones of the round are priced by their compute time alone, so
-    its k-th gradient of the round reaches the pivot at t_round + tau_{pivot->i} + h_i1 + ... + h_ik +
-    tau_{i->pivot}: the worker computes while its partial sums travel up the tree, merged on the way
-    (the links are not congested: one partial sum per edge at a time, as the paper's analysis counts)."""
+    """The jobs of a pivot's rounds on a graph, for a method that restarts every worker after each step, under
+    one of two link models (the option ``links``).
+
+    ``paper`` (:mod:`.treelinks`): at each round's start the method plays the round of Algorithm 4 through
+    (the compute times drawn from its own stream) up to the step its rule allows: how many of each
+    worker's gradients the pivot then holds and when the last of them reached it.  Each such worker gets
+    one job, that many gradients summed, planned to take that long; the step comes when all of them are
+    in, and adds the workers' sums in worker order whatever the order of arrival, so every runtime gives
+    the same bits.  The workers left out (their gradients would come too late) sit the round out.
+
+    ``uncongested``: a worker's first job of a round waits for x to reach it (tau_{pivot->i}) and its
+    result's travel back (tau_{i->pivot}); the next ones of the round are priced by their compute time
+    alone, so its k-th gradient of the round reaches the pivot at t_round + tau_{pivot->i} + h_i1 + ... +
+    h_ik + tau_{i->pivot}, as if a link carried any number of messages at once."""
+
+    seeded = True  # the paper's rounds draw random compute times from the method's own stream
 
     @classmethod
     def unavailable(cls, settings, problem=None):
         return None if settings.graph is not None else "it needs the workers' graph (--graph)"
 
     @classmethod
-    def tree_options(cls, graph, pivot):
-        """The pivot's keywords of ``__init__``: the pivot and the tree's times (before, after) per worker."""
+    def tree_options(cls, graph, pivot, links, timing):
+        """The pivot's keywords of ``__init__``: the pivot, the link model, the tree and its times per worker."""
         if pivot >= graph.n:
             raise ValueError(f"{cls.owner()}: pivot {pivot} is not a worker of 0..{graph.n - 1}")
+        if links == PAPER and timing.compute.real:
+            raise ValueError(f"{cls.owner()}: the paper's links plan each round from modelled compute times; "
+                             "tau 'real' needs links='uncongested'")
         before, after = pivot_times(graph, pivot)
-        return {"pivot": int(pivot), "before": before, "after": after}
+        parent = graph.tree(pivot)
+        up = np.array([0.0 if p < 0 else graph.times()[i, p] for i, p in enumerate(parent)])
+        return {"pivot": int(pivot), "before": before, "after": after, "links": links, "parent": parent, "up": up,
+                "timing": timing}
 
     def tree_parameters(self):
-        return {"pivot": self.pivot, "round_trip_max": float(np.max(self.before + self.after))}
+        return {"pivot": self.pivot, "links": self.links, "round_trip_max": float(np.max(self.before + self.after))}
 
-    def _tree_jobs(self, pivot, before, after):
-        self.pivot = int(pivot)
+    def _tree_jobs(self, pivot, before, after, links, parent, up, timing, seed):
+        self.pivot, self.links = int(pivot), links
         self.before, self.after = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
         self.round_of = np.full(self.n_workers, -1, dtype=np.int64)  # the step of each worker's last first job
+        self.parent, self.up, self.timing = np.asarray(parent), np.asarray(up, dtype=np.float64), timing
+        self.tree_stream = random_stream(seed, "asyncsgd-tree-tau")
+        self.round_counts = np.zeros(self.n_workers, dtype=np.int64)  # the round's planned gradients per worker
+        self.round_last = np.zeros(self.n_workers)                     # and each worker's planned job time
+        self.round_got = np.zeros(self.n_workers, dtype=bool)         # whose sum is in
+        self.round_sums = np.zeros((self.n_workers, self.x.size)) if links == PAPER else np.zeros((0, 0))
+        self._fixed_plan = None
+
+    def state(self, skip=()):
+        return super().state(skip=("timing", "_fixed_plan", *skip))
+
+    def _plan_round(self):
+        """Play this round of Algorithm 4 from now: the workers that take part, in worker order."""
+        timing = self.timing
+        fixed = timing.plain_model().fixed and not timing.time_varying
+        if self._fixed_plan is None or not fixed:
+            began, rng = self.now, self.tree_stream
+
+            def gradient_time(worker, t):
+                return timing.price(worker + 1, PLAIN, rng, start=began + t)[0]
+            _, counts, last = tree_round(self.parent, self.up, self.before, gradient_time, self.tree_rule)
+            self._fixed_plan = (counts.copy(), last.copy())
+        self.round_counts[:], self.round_last[:] = self._fixed_plan
+        self.round_got[:] = False
+        return [int(w) for w in np.flatnonzero(self.round_counts)]
+
+    def start(self):
+        return self._plan_round() if self.links == PAPER else super().start()
 
     def job(self, worker):
+        if self.links == PAPER:
+            count = int(self.round_counts[worker])
+            return Job(gradients=count, duration=float(self.round_last[worker])) if count else None
         if self.round_of[worker] == self.k:
             return PLAIN
         self.round_of[worker] = self.k
         return Job(before=float(self.before[worker]), after=float(self.after[worker]))
+
+    def arrive(self, worker, grad, k_at):
+        if self.links != PAPER:
+            return super().arrive(worker, grad, k_at)
+        if k_at != self.k or self.round_got[worker]:  # every round restarts its workers: a runtime bug
+            raise RuntimeError(f"{self.name}: worker {worker} sent step {k_at}'s result at step {self.k}")
+        self.round_sums[worker] = grad
+        self.round_got[worker] = True
+        self.accepted[worker] += self.finished
+        if np.count_nonzero(self.round_got) < np.count_nonzero(self.round_counts):
+            return ()
+        self.tree_step(self.round_sums, self.round_counts)
+        self.round_sums[:] = 0
+        return self._plan_round()

@@ -59,8 +59,9 @@ class Job:
     difference: bool = False  # with a sample: grad f_j(x) - grad f_j(y) at the point [x, y] (b = 2)
     before: float = 0.0       # time before computing: the point's travel to the worker (a graph's tree)
     after: float = 0.0        # time after computing: the result's travel to the pivot
+    duration: float = None    # the job's whole time, planned by the method (a graph's link model), not priced
 
-    HEADER_SIZE = 10  # the floats of :meth:`as_header`
+    HEADER_SIZE = 11  # the floats of :meth:`as_header`
 
     def __post_init__(self):
         if int(self.gradients) < 1 or int(self.messages) < 0:
@@ -81,6 +82,8 @@ class Job:
             raise ValueError(f"a difference job needs a sample j >= 0, got {self}")
         if not (0 <= self.before < np.inf and 0 <= self.after < np.inf):
             raise ValueError(f"a job's travel times must be finite and >= 0, got {self}")
+        if self.duration is not None and not 0 <= self.duration < np.inf:
+            raise ValueError(f"a job's planned duration must be finite and >= 0, got {self}")
 
     @property
     def plain(self):
@@ -88,16 +91,17 @@ class Job:
         return self == PLAIN
 
     def as_header(self):
-        """The job as ten float64 (b, m, K, budget or NaN, trials, quantize, sample, difference, before, after)
-        for an MPI message or a checkpoint."""
+        """The job as eleven float64 (b, m, K, budget or NaN, trials, quantize, sample, difference, before,
+        after, duration or NaN) for an MPI message or a checkpoint."""
         return [self.gradients, self.messages, self.coordinates, np.nan if self.budget is None else self.budget,
-                float(self.trials), self.quantize, self.sample, float(self.difference), self.before, self.after]
+                float(self.trials), self.quantize, self.sample, float(self.difference), self.before, self.after,
+                np.nan if self.duration is None else self.duration]
 
     @classmethod
     def from_header(cls, values):
-        b, m, k, budget, trials, bits, sample, difference, before, after = (float(v) for v in values)
+        b, m, k, budget, trials, bits, sample, difference, before, after, duration = (float(v) for v in values)
         return cls(int(b), int(m), int(k), None if np.isnan(budget) else budget, bool(trials), int(bits),
-                   int(sample), bool(difference), before, after)
+                   int(sample), bool(difference), before, after, None if np.isnan(duration) else duration)
 
     def uploaded(self, dim):
         """What the upload costs, in coordinates (float64 values): m K, the QSGD payload's bytes / 8, or d."""
@@ -110,7 +114,7 @@ class Job:
     def to_dict(self):
         return {"gradients": self.gradients, "messages": self.messages, "coordinates": self.coordinates,
                 "budget": self.budget, "trials": self.trials, "quantize": self.quantize, "sample": self.sample,
-                "difference": self.difference, "before": self.before, "after": self.after}
+                "difference": self.difference, "before": self.before, "after": self.after, "duration": self.duration}
 
 
 PLAIN = Job()

@@ -54,7 +54,7 @@ class Recorder:
         evaluate (``gradients``: the count with this one; ``finished``: how many gradients the arriving job's
         result sums, which the method reads as ``method.finished``)."""
         method = self.method
-        method.finished = finished
+        method.finished, method.now = finished, float(time)
         accepted_before = int(method.accepted[worker])
         assign(method.arrive(worker, grad, k_at))
         self.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)

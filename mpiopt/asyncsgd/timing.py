@@ -22,7 +22,9 @@ per attempt (MindFlayer SGD) a gradient whose attempt would run over the
 budget costs the budget and is begun anew with a fresh compute time.
 
 A job's own travel times (``before``/``after``: a graph's tree, for Fragile
-and Amelie SGD) come on top: before + d v_i + compute + upload + after.
+and Amelie SGD under the uncongested links) come on top: before + d v_i +
+compute + upload + after.  A job with a planned ``duration`` (the paper's
+link model, :mod:`.treelinks`) takes exactly that.
 A graph (:mod:`.graphs`) is kept as ``graph``; only the graph methods use it.
 
 With a power model (:mod:`.power`, the universal computation model) the
@@ -123,6 +125,8 @@ class Timing:
     def price(self, number, job, rng, dim=None, start=0.0):
         """(duration, gradients finished) of ``job``: :meth:`job_time`, and how many of its gradients end
         (all of them, but for a job of trials: those within the budget)."""
+        if job.duration is not None:  # a graph's link model planned the whole job (:mod:`.treelinks`)
+            return job.duration, job.gradients
         index, dim = number - 1, self.dim if dim is None else dim
         compute, done = (0.0, job.gradients) if self.compute.real else _compute_time(self.compute, number, job, rng)
         down = up = 0.0

@@ -36,7 +36,7 @@ setup(
         # everything the README's tour uses: MPI, the bundled data sets, the accountant, plots, HDF5
         "all": ["mpich", "scikit-learn>=1.6", "dp-accounting>=0.4", "matplotlib>=3.5", "h5py>=3", "numba>=0.58"],
     },
-    entry_points={"console_scripts": ["mpiopt=mpiopt.cli:main"]},
+    entry_points={"console_scripts": ["mpiopt=mpiopt.__main__:main"]},
     classifiers=[
         "Programming Language :: Python :: 3",
         "Topic :: Scientific/Engineering :: Mathematics",

@@ -1,17 +1,21 @@
-"""Checkpoint signals that reach a command-line run while it is still starting (issue 19, item 11).
+"""Checkpoint signals that reach a command-line run at the edges of the run: while it starts, after it ends.
 
-The command line installs its SIGUSR1/SIGTERM handlers first; a signal that comes during the setup waits in
-the process's flags and is acted on at the first iteration, step or round, by whichever method runs.  Each
-rank is paused at its first import of numpy (the start of every command's setup) until it has the signal,
-so the signal provably comes during the setup, on a busy machine too.
+The command line installs its SIGUSR1/SIGTERM handlers before anything else (before MPI starts); a signal
+that comes during the setup waits in the process's flags and is acted on at the first iteration, step or
+round, by whichever method runs, on every rank together.  Each rank is paused at its first import of a
+module (mpi4py: before MPI starts; numpy: the start of every command's setup) until it has the signal, so
+the signal provably comes at that point, on a busy machine too.  Once the result is written the run is
+done: a signal that comes then leaves the exit status 0.
 """
 import json
 import os
 import signal
+import time
 
+import numpy as np
 import pytest
 
-from cli_signals import Run, checkpoint_meta
+from cli_signals import Run, busy_machine, checkpoint_meta
 from test_asyncsgd_cli import SMALL as ASYNC_SGD
 from test_cli import SOLVE
 from test_federated_cli import FEDERATED
@@ -28,7 +32,12 @@ COMMANDS = {
                   "rounds", 1),
     "async-sgd": (ASYNC_SGD + ["--method", "asgd", "--max-steps", "40", "--no-stop-at-epsilon"],
                   lambda meta: meta["steps"], "steps", 1),
+    "async-sgd-mpi": ([a for a in ASYNC_SGD if a not in ("--workers", "4")]
+                      + ["--runtime", "mpi", "--method", "asgd", "--max-steps", "40", "--no-stop-at-epsilon"],
+                      lambda meta: meta["steps"], "steps", 0),  # the server reads the flags before step 1
 }
+# the four subcommands, async-sgd on MPI ranks (the simulator runs on one rank)
+SUBCOMMANDS = ["solve", "train", "federated", "async-sgd-mpi"]
 
 
 def run_with_signal_in_setup(tmp_path, command, number):
@@ -61,3 +70,75 @@ def test_a_sigterm_during_setup_stops_at_the_first_iteration_with_a_checkpoint(t
     assert status == 3, run.output()[1]
     assert result["status"] == "interrupted" and result[count] == first
     assert counter(checkpoint_meta(run.path("state.npz"))) == first
+
+
+def rank_parts(path):
+    """{rank: the names of its arrays} in a checkpoint file."""
+    with np.load(path, allow_pickle=False) as archive:
+        names = list(archive.files)
+    parts = {}
+    for name in names:
+        if name.startswith("rank") and "_" in name:
+            rank, key = name[4:].split("_", 1)
+            parts.setdefault(int(rank), set()).add(key)
+    return parts
+
+
+def assert_stopped_at_the_first_iteration(run, status, tmp_path, command):
+    _, counter, count, first = COMMANDS[command]
+    assert status == 3, run.output()[1]
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["status"] == "interrupted" and result[count] == first
+    assert counter(checkpoint_meta(run.path("state.npz"))) == first
+    # every rank that holds a part of the state wrote it (on MPI, async-sgd's server holds none)
+    assert sorted(rank_parts(run.path("state.npz"))) == ([1] if command == "async-sgd-mpi" else [0, 1])
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_a_sigterm_to_each_rank_before_mpi_starts_stops_at_the_first_iteration(tmp_path, command):
+    # each rank pauses at its first import of mpi4py (MPI_Init comes with it) and is signalled there itself
+    arguments = COMMANDS[command][0]
+    run = Run(2, [*arguments, "--checkpoint", "state.npz", "--output", "out.json"], tmp_path, pause_at="mpi4py")
+    run.signal_in_setup(signal.SIGTERM, ranks=[0, 1])
+    assert_stopped_at_the_first_iteration(run, run.finish(), tmp_path, command)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_one_ranks_sigterm_in_setup_stops_every_rank_at_the_first_iteration(tmp_path, command):
+    # rank 1 alone pauses in its setup and alone has the signal; rank 0 goes on to its first collective
+    arguments = COMMANDS[command][0]
+    run = Run(2, [*arguments, "--checkpoint", "state.npz", "--output", "out.json"], tmp_path, pause_at="numpy",
+              pause_ranks=[1])
+    run.signal_in_setup(signal.SIGTERM, ranks=[1])
+    assert_stopped_at_the_first_iteration(run, run.finish(), tmp_path, command)
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_a_sigterm_at_the_first_printed_line_on_a_busy_machine_stops_at_its_checkpoint(tmp_path, command):
+    # the scheduler's case: the job has printed its first line, the machine is loaded, every rank is signalled
+    arguments = [a for a in COMMANDS[command][0] if a != "--quiet"]
+    if command == "async-sgd-mpi":  # its 40 steps can end before the signal comes
+        arguments[arguments.index("--max-steps") + 1] = "2000"
+    with busy_machine():
+        run = Run(2, [*arguments, "--checkpoint", "state.npz", "--output", "out.json"], tmp_path)
+        run.wait_for(lambda: os.path.getsize(run.path("stdout")) > 0, "the job never printed a line")
+        assert run.signal_ranks(signal.SIGTERM) == [0, 1], "the job ended before the signal"
+        status = run.finish()
+    assert status == 3, run.output()[1]
+    assert json.loads((tmp_path / "out.json").read_text())["status"] == "interrupted"
+    assert os.path.exists(run.path("state.npz"))
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_signals_after_the_result_is_written_leave_the_exit_status_0(tmp_path, command):
+    # SIGUSR1 and SIGTERM by turns to each rank, from the moment the result file exists until the job ends
+    arguments = COMMANDS[command][0]
+    run = Run(2, [*arguments, "--checkpoint", "state.npz", "--output", "out.json"], tmp_path)
+    run.wait_for(lambda: os.path.exists(run.path("out.json")), "the result was never written", timeout=300)
+    sent, turn = 0, 0
+    while run.process.poll() is None:
+        sent += len(run.signal_ranks((signal.SIGUSR1, signal.SIGTERM)[turn % 2]))
+        turn += 1
+        time.sleep(0.005)
+    assert run.finish() == 0, (sent, run.output()[1])
+    assert json.loads((tmp_path / "out.json").read_text())["status"] != "interrupted"

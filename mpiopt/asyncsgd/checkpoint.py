@@ -57,10 +57,10 @@ class _Requests:
         self.resumed_at = k
         self._schedule(k)
 
-    def requested(self, method, recorder):
+    def requested(self, method, recorder, forwarded=(0.0, 0.0)):
         """"stop" (a SIGTERM: the recorder is told), "checkpoint" (a SIGUSR1, or ``checkpoint_every`` steps
-        since the last) or None."""
-        usr1, term = self.signals.take()
+        since the last) or None; ``forwarded``: the (usr1, term) that other ranks reported."""
+        usr1, term = np.maximum(self.signals.take(), forwarded)
         if term:
             recorder.stopped_by, recorder.interrupted = "signal", True
             return "stop"

@@ -18,7 +18,8 @@ computing; GRAD [job, step, gradients finished, what the job sends] worker -> se
 a sum of b, or the m K values of its Random-K messages, which the server
 decodes with indices of its own: :mod:`.jobs`), ignored when the job has
 since been cancelled; STOP server -> worker; DONE worker -> server;
-ERROR worker -> server (the failure's text).  For Fragile and Amelie SGD the JOBs
+ERROR worker -> server (the failure's text); SIGNAL worker -> server ([usr1, term]: a
+signal that reached this worker, so that one rank's signal checkpoints or stops the whole run).  For Fragile and Amelie SGD the JOBs
 and GRADs travel along the pivot's tree over an MPI distributed-graph topology
 of the workers' graph (:mod:`.routes`: the server talks to the pivot only).
 
@@ -50,7 +51,7 @@ import numpy as np
 from mpi4py import MPI
 
 from ..collectives.async_server import next_message
-from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_STOP
+from ..collectives.tags import ASGD_DONE, ASGD_ERROR, ASGD_GRAD, ASGD_JOB, ASGD_SIGNAL, ASGD_STOP
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from . import jobs as job_results
@@ -66,6 +67,7 @@ HEADER = 2        # job number and step, as float64 (exact below 2**53)
 JOB_HEADER = HEADER + Job.HEADER_SIZE + 1  # the job (Job.as_header), its start in compute-time units
 GRAD_HEADER = HEADER + 1  # and how many of the job's gradients finished
 NOTHING = np.empty(0, dtype=np.uint8)
+SIGNAL_POLL = 0.05  # seconds an idle worker with a checkpoint waits between looks at its signal flags
 
 
 def run_mpi(problem, timing, settings, comm, started, log_stream=None):
@@ -158,7 +160,8 @@ def _serve_sessions(comm, n, sends, method, recorder, timing, settings, predicte
     while True:
         error = server.run(saved)
         end = server.end_time()  # for a checkpoint, the clock stops here until the next session
-        stuck = _shutdown(comm, n, sends, settings.idle_timeout, server.routed)  # always: workers await STOP
+        stuck = _shutdown(comm, n, sends, settings.idle_timeout, server.routed,  # always: workers await STOP
+                          server.signalled)
         error = error or stuck
         decision = "error" if error else server.paused or "end"
         comm.bcast(decision, root=0)
@@ -210,6 +213,7 @@ class _Server:
         self.paused = None      # "checkpoint" or "stop": the session ends for a checkpoint
         self.started = False    # the method's first assignment is made
         self.saved = None       # the run's MPICheckpoint, if any
+        self.forwarded = np.zeros(2)  # (usr1, term) that workers reported since the last pause()
 
     def now(self):
         """The wall time since the start, in compute-time units."""
@@ -263,8 +267,13 @@ class _Server:
     def pause(self):
         """The checkpoint's request ("checkpoint", "stop") to end this session now, or None."""
         if self.saved is not None:
-            self.paused = self.saved.requested(self.method, self.recorder)
+            self.paused = self.saved.requested(self.method, self.recorder, self.forwarded)
+            self.forwarded[0] = 0.0  # a SIGUSR1 asks for one checkpoint; a SIGTERM stays until the stop
         return self.paused
+
+    def signalled(self, flags):
+        """A worker's SIGNAL message: its (usr1, term), acted on at the next pause()."""
+        np.maximum(self.forwarded, flags, out=self.forwarded)
 
     def next_arrival(self):
         """The next gradient of a current job (:mod:`.engine`), None, or TIME_UP after ``max_time``."""
@@ -314,6 +323,11 @@ class _Server:
             raise _RunFailed(f"no message from any worker for {settings.idle_timeout:g} s "
                              f"(workers computing: {computing})")
         source = status.Get_source()
+        if status.Get_tag() == ASGD_SIGNAL:
+            flags = np.empty(2)
+            message.Recv(flags)
+            self.signalled(flags)
+            return None
         if status.Get_tag() == ASGD_ERROR:
             text = bytearray(status.Get_count(MPI.BYTE))
             message.Recv([text, MPI.BYTE])
@@ -332,8 +346,9 @@ class _Server:
         return worker, k_at
 
 
-def _shutdown(comm, n, sends, idle_timeout, routed=None):
-    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped); on a
+def _shutdown(comm, n, sends, idle_timeout, routed=None, signalled=None):
+    """STOP every worker, then receive until each has said DONE (gradients still in flight are dropped; a
+    worker's SIGNAL goes to ``signalled``, for the next session); on a
     tree (``routed``: the run's messages per directed edge, added to here) each DONE carries the worker's
     counts, and every worker is told how many to drain (:func:`.routes.flush`).
 
@@ -350,6 +365,8 @@ def _shutdown(comm, n, sends, idle_timeout, routed=None):
                     f"within {idle_timeout:g} s")
         payload = bytearray(status.Get_count(MPI.BYTE))
         message.Recv([payload, MPI.BYTE])
+        if status.Get_tag() == ASGD_SIGNAL and signalled is not None:
+            signalled(np.frombuffer(payload, dtype=np.float64))
         if status.Get_tag() == ASGD_DONE:
             open_workers.discard(status.Get_source())
             if counts is not None:
@@ -404,7 +421,8 @@ def _worker_sessions(comm, problem, timing, settings, worker, saved=None):
         if saved is not None:
             saved.resume_worker(streams)
         while True:
-            _work(comm, problem, timing, settings, worker, streams, tree, topo)
+            _work(comm, problem, timing, settings, worker, streams, tree, topo,
+                  None if saved is None else saved.signals)
             decision = comm.bcast(None, root=0)
             if decision != "error" and saved is not None:
                 saved.write_worker(streams)
@@ -415,14 +433,16 @@ def _worker_sessions(comm, problem, timing, settings, worker, saved=None):
             topo.Free()
 
 
-def _work(comm, problem, timing, settings, worker, streams, tree=None, topo=None):
-    """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server)."""
+def _work(comm, problem, timing, settings, worker, streams, tree=None, topo=None, signals=None):
+    """A worker's loop: compute what the server asks until it says STOP. Returns None (errors go to the server).
+    With ``signals`` (a run with a checkpoint: the process's :class:`~mpiopt.core.signals.SignalFlags`) a
+    SIGUSR1 or SIGTERM that reaches this worker is sent to the server, which acts on it for every rank."""
     noise, tau_rng = streams
     unit, seed = settings.time_unit, settings.seed
     status, sends = MPI.Status(), _Sends()
     router = routes.Router(topo, comm, worker, tree, sends) if topo is not None else None
     job = deadline = task = done = None
-    failed = False
+    failed, told = False, np.zeros(2)
 
     def report(failure):  # once: the server then stops every worker and tells every rank
         text = f"{type(failure).__name__}: {failure}".encode("utf-8")
@@ -430,12 +450,20 @@ def _work(comm, problem, timing, settings, worker, streams, tree=None, topo=None
         return True
 
     while True:
+        if signals is not None:
+            flags = np.array(signals.take())
+            if (flags > told).any():  # each SIGUSR1 once; a SIGTERM once
+                sends.send(comm, flags, 0, ASGD_SIGNAL)
+                told[1] = max(told[1], flags[1])
+        idle = math.inf if signals is None else clock.monotonic() + SIGNAL_POLL
         try:
-            order = _next_order(comm, status, math.inf if job is None else deadline, router)
+            order = _next_order(comm, status, idle if job is None else deadline, router)
         except Exception as failure:  # noqa: BLE001 - a route that breaks (the server tells every rank)
             failed, order = failed or report(failure), None
             if job is None:
                 continue
+        if order is None and job is None:  # idle: a look at the signal flags
+            continue
         if order is None:  # the job's time is up: compute and send
             try:
                 if not failed:

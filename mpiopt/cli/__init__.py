@@ -77,8 +77,18 @@ def plugin_arguments(argv):
 
 
 def main(argv=None):
+    """Run the command line on this rank; its exit status.  The process's entry is :mod:`mpiopt.__main__`,
+    which installs the signal handlers before this module is imported; once the run is over both signals
+    are ignored until the process exits (:func:`mpiopt.core.signals.finish`)."""
     from ..core import signals
-    signals.catch()  # first: a signal that comes while the run starts waits for its first iteration
+    signals.catch()  # a no-op after mpiopt.__main__; for callers of main() itself
+    try:
+        return _run(argv, signals)
+    finally:
+        signals.finish()
+
+
+def _run(argv, signals):
     from ..core.threads import set_blas_threads_from_mpi
     set_blas_threads_from_mpi()
     from mpi4py import MPI
@@ -113,7 +123,6 @@ def main(argv=None):
     except CommandError as error:  # one process: run_collectively passes it on
         print(f"mpiopt {args.command}: error: {error}", file=sys.stderr, flush=True)
         return EXIT_USAGE
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -45,5 +45,6 @@ ASGD_DONE = 53        # worker -> server: this worker will send nothing more
 ASGD_ERROR = 54       # worker -> server: this worker failed (the message's text)
 ASGD_ROUTE = 55       # worker -> neighbour on a graph's topology: a JOB or a GRAD forwarded along the tree
 ASGD_FLUSH = 56       # server -> worker: how many forwarded messages to drain before it may stop
+ASGD_SIGNAL = 57      # worker -> server: this worker had a SIGUSR1 or a SIGTERM ([usr1, term])
 
 USER = 100

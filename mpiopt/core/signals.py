@@ -10,10 +10,13 @@ The flags are the process's, not one method's: :func:`catch` installs the
 handlers, and the command line calls it first thing, so that a signal that
 comes while a run is still starting (imports, data, factorizations) waits in
 the flags and is acted on at the first iteration, by whichever method then
-reads them.  Without it a signal in that window was lost: MPICH's
-``MPI_Init`` installs a SIGUSR1 handler of its own (a counter for its fault
-notifications) that swallows the signal, and hydra's mpiexec forwards
-SIGUSR1 and SIGTERM to every rank at once.  A :class:`SignalFlags` made while
+reads them.  "First thing" means before MPI starts: ``MPI_Init`` waits for
+every rank, so once any rank has printed a line every rank's handlers are in,
+whatever the machine's load (MPICH's ``MPI_Init`` puts a SIGUSR1 handler of
+its own in front of ours, and passes the signal on to it).  When the run's
+work is done, :func:`finish` ignores both signals until the process exits: a
+finished run has nothing to checkpoint and nothing to stop, so a scheduler's
+signal that comes late does not turn it into a failed job.  A :class:`SignalFlags` made while
 the handlers are caught reads the same flags (nested methods, such as working
 sets' inner solves, share them); one made while they are not installs them
 for its own lifetime and puts the previous handlers back afterwards.
@@ -74,6 +77,20 @@ def release(pass_on=False):
         signal.signal(number, signal.SIG_IGN if pass_on and number == signal.SIGUSR1 else handler)
     if pass_on and term:
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def finish():
+    """The run is over: ignore SIGUSR1 and SIGTERM until this process exits, and clear the flags.
+
+    Only for a process that ends with the run (the command line): its previous handlers are not put back,
+    because the default actions of both signals would kill a job that has already written its result."""
+    for number in SIGNALS:
+        try:
+            signal.signal(number, signal.SIG_IGN)
+        except ValueError:  # not the main thread: nothing was caught
+            return
+        _received[number] = False
+    _previous.clear()
 
 
 class SignalFlags:

@@ -3,7 +3,8 @@ asynchronous optimization", NeurIPS 2024): Malenia's rounds on a graph, for hete
 
 Worker i holds f_i and f = (1/n) sum_i f_i, so every worker must be heard
 from.  As in Fragile SGD (:mod:`.fragile`) the pivot broadcasts x_k on its
-shortest-path tree and the workers' partial sums come back along it; the
+shortest-path tree and the workers' partial sums come back along it (under
+the same link models, ``links``); the
 pivot keeps a sum g_i and a count B_i per worker and steps once every B_i >= 1
 and (1/n sum_i 1/B_i)^(-1) >= S/n, S = max(ceil(sigma^2/eps), n):
 

@@ -10,17 +10,22 @@ it, then broadcasts x_{k+1}:
 
     x_{k+1} = x_k - gamma (1/B) sum_{l<=B} g_l(x_k),   B >= S = max(ceil(sigma^2/eps), 1),  gamma = 1/(2L)
 
-Worker i's k-th gradient of a round reaches the pivot at t_round + tau_{j->i} +
-h_i1 + ... + h_ik + tau_{i->j} (:class:`.graphs.TreeJobs`): a worker too far
-away never contributes (the fragile ones), which no worker has to decide.  The
-pivot is the formula's:
+By default the sums travel as in the paper's Algorithm 4 (``links="paper"``,
+:mod:`.treelinks`): each worker sends its accumulated sum to its parent, one
+message per link at a time, the parents add what arrives, and the pivot steps
+with the B >= S gradients it holds once it holds S.  ``links="uncongested"``
+prices worker i's k-th gradient of a round as reaching the pivot at t_round +
+tau_{j->i} + h_i1 + ... + h_ik + tau_{i->j} (:class:`.graphs.TreeJobs`).  Either
+way a worker too far away never contributes (the fragile ones), which no
+worker has to decide.  The pivot is the formula's:
 
     T_Fragile = (L Delta / eps) min_j t*(S, h, tau_{.->j} + tau_{j->.})
     t*(S, h, tau) = min_k max{max(tau_pi_k, h_pi_k), S (sum_{i<=k} 1/h_pi_i)^(-1)}
 
 (constants dropped), optimal up to a log(n + 1) factor on the one-way times.
 Per step the pivot receives B gradients in partial sums, and x crosses every
-tree edge once.  Both runtimes price the tree's times as delays of the jobs;
+tree edge once.  Both runtimes price the tree's times as delays of the jobs
+(under the paper's links each contributing worker's one job of the round);
 on MPI the vectors also travel along the tree's edges, over a
 distributed-graph topology of the graph (:mod:`.routes`).
 """

@@ -40,7 +40,8 @@ class AsyncSGDSettings(Settings):
 
     method: str = "rennala"        # minibatch, asgd, rennala or ringmaster (registry kind "asyncsgd-method")
     runtime: str = "simulator"     # "simulator" (virtual clock) or "mpi" (rank 0 serves, ranks 1.. work)
-    n_workers: int = None          # simulator: virtual workers (None: 8); mpi: must be ranks - 1 (None: that)
+    n_workers: int = None          # simulator: virtual workers; mpi: must be ranks - 1 (None: what explicit
+                                   # per-worker times, a trace or an edge list give, else 8 / ranks - 1)
     tau: object = "sqrt"           # compute-time model name (registry kind "tau-model"), a TauModel, or times
     epsilon: float = None          # target for ||grad f(x)||^2 (None: 1e-2 ||grad f(x0)||^2)
     step_size: float = None        # gamma (None: the theory's, from L, sigma^2, epsilon and n)

@@ -159,8 +159,10 @@ class Run:
 
 @contextlib.contextmanager
 def busy_machine(loops=2):
-    """``loops`` shell busy loops beside the block (each ends by itself after 15 minutes at most)."""
-    spinners = [subprocess.Popen(["timeout", "900", "sh", "-c", "while :; do :; done"]) for _ in range(loops)]
+    """``loops`` busy loops beside the block, each a process of its own (that ends by itself after 15 minutes
+    at most, should the block's end never come)."""
+    spin = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end:\n    pass\n"
+    spinners = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(loops)]
     try:
         yield
     finally:

@@ -32,6 +32,14 @@ def needs_two_ranks(comm):
         pytest.skip("FedBuff needs a server and at least one worker")
 
 
+def server_and_one_worker(comm):
+    """Ranks 0 and 1 of ``comm`` as a communicator of their own (None on the other ranks): one worker, so
+    the run is deterministic."""
+    needs_two_ranks(comm)
+    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
+    return None if pair == MPI.COMM_NULL else pair
+
+
 def same_on_every_rank(comm, array):
     return all(np.array_equal(other, array) for other in comm.allgather(array))
 
@@ -78,9 +86,8 @@ def test_run_fedbuff_refuses_rounds_and_server_steps_together_in_one_line():
 @pytest.mark.timeout(60)
 def test_run_fedbuff_with_its_documented_keywords_is_run_federated(comm):
     """One worker (two ranks): deterministic, so the older name and the new call give the same model."""
-    needs_two_ranks(comm)
-    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
-    if pair == MPI.COMM_NULL:
+    pair = server_and_one_worker(comm)
+    if pair is None:
         return
     options = {"buffer_size": 2, "server_lr": 0.5, "staleness": "constant", "staleness_exponent": 1.0,
                "concurrency": 2}
@@ -142,9 +149,8 @@ def test_server_takes_exactly_server_steps_steps_of_buffer_size_updates(comm, tm
 @pytest.mark.timeout(60)
 def test_one_worker_with_fresh_updates_and_constant_weights_is_fedavg(comm):
     """Two ranks, K = concurrency = every client: each pull trains every client from one model, all fresh."""
-    needs_two_ranks(comm)
-    pair = comm.Split(0 if comm.rank < 2 else MPI.UNDEFINED, comm.rank)
-    if pair == MPI.COMM_NULL:
+    pair = server_and_one_worker(comm)
+    if pair is None:
         return
     parts = iid_clients(6)  # equal n_k: FedAvg's weights n_k / n are FedBuff's 1 / K
     options = dict(local_epochs=2, batch_size=10, lr=0.1)

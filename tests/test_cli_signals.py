@@ -40,6 +40,9 @@ COMMANDS = {
 SUBCOMMANDS = ["solve", "train", "federated", "async-sgd-mpi"]
 # the ranks that hold a part of their own in the checkpoint: ADMM's local variables on every rank, the
 # async-sgd workers' streams (not the server's); training and these federated clients keep none
+# flags that make each run seconds long, where a signal at its first line stops it at its first iterations
+LONG_RUNS = {"solve": [("--max-iter", "20000")], "train": [("--epochs", "200"), ("--max-steps", "20000")],
+             "federated": [("--rounds", "500")], "async-sgd-mpi": [("--max-steps", "50000")]}
 RANK_PARTS = {"solve": [0, 1], "train": [], "federated": [], "async-sgd-mpi": [1]}
 
 
@@ -119,8 +122,8 @@ def test_one_ranks_sigterm_in_setup_stops_every_rank_at_the_first_iteration(tmp_
 def test_a_sigterm_at_the_first_printed_line_on_a_busy_machine_stops_at_its_checkpoint(tmp_path, command):
     # the scheduler's case: the job has printed its first line, the machine is loaded, every rank is signalled
     arguments = [a for a in COMMANDS[command][0] if a != "--quiet"]
-    if command == "async-sgd-mpi":  # its 40 steps can end before the signal comes
-        arguments[arguments.index("--max-steps") + 1] = "2000"
+    for flag, value in LONG_RUNS[command]:  # a run long enough that the signal comes before its end
+        arguments[arguments.index(flag) + 1] = value
     with busy_machine():
         run = Run(2, [*arguments, "--checkpoint", "state.npz", "--output", "out.json"], tmp_path)
         run.wait_for(lambda: os.path.getsize(run.path("stdout")) > 0, "the job never printed a line")

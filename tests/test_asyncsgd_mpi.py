@@ -202,9 +202,9 @@ def test_a_setup_failing_on_the_server_releases_the_workers(comm, case):
     if case == "method":
         problem, settings = NoSmoothness(), dict(method="asgd", delay_adaptive=True, step_size=0.1)
         expected = "delay-adaptive step size needs the smoothness constant L > 0"
-    else:  # times for fewer workers than there are
+    else:  # times for fewer workers than there are: refused at set-up, on every rank alike
         problem, settings = "quadratic", dict(tau=[1.0] * (comm.size - 2))
-        expected = f"fixed compute times given for {comm.size - 2} workers only"
+        expected = f"the times given are for {comm.size - 2} workers but there are {comm.size - 1} worker ranks"
     started = time.perf_counter()
     with pytest.raises(CollectiveError) as raised:
         async_sgd(problem, comm=comm, runtime="mpi", max_steps=5, idle_timeout=20, **settings)

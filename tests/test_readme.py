@@ -47,8 +47,9 @@ OUTPUT_BLOCKS = ("method      status",)  # fenced blocks that show output, not c
 TEST_COMMAND = re.compile(r"<!-- test-command:start -->.*?<!-- test-command:end -->", re.S)
 
 
-def smoke(text):
-    for original, cut in SMOKE.items():
+def smoke(text, cuts=SMOKE):
+    """The text with each of ``cuts``' originals replaced by its smoke-sized version."""
+    for original, cut in cuts.items():
         text = text.replace(original, cut)
     return text
 
@@ -59,19 +60,22 @@ def fenced_blocks(text):
     return [(language, body) for language, body in re.findall(r"^```(\w*)\n(.*?)^```", text, re.S | re.M)]
 
 
-def shell_commands(text):
-    """Every command of the shell blocks: (its line as written, its words), ``&&`` chains split."""
+def block_commands(body):
+    """The commands of one shell block: (its line as written, its words), ``&&`` chains split."""
     commands = []
-    for language, body in fenced_blocks(text):
-        if language or body.startswith(OUTPUT_BLOCKS):
-            continue
-        for line in body.replace("\\\n", " ").splitlines():
-            words = shlex.split(line, comments=True)
-            while words:
-                end = words.index("&&") if "&&" in words else len(words)
-                commands.append((line.split("#")[0].strip(), words[:end]))
-                words = words[end + 1:]
+    for line in body.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        while words:
+            end = words.index("&&") if "&&" in words else len(words)
+            commands.append((line.split("#")[0].strip(), words[:end]))
+            words = words[end + 1:]
     return commands
+
+
+def shell_commands(text):
+    """Every command of the shell blocks (``block_commands``), the output blocks left out."""
+    return [command for language, body in fenced_blocks(text)
+            if not language and not body.startswith(OUTPUT_BLOCKS) for command in block_commands(body)]
 
 
 def python_script(text):
@@ -109,6 +113,26 @@ def why_not_run(words):
     return None
 
 
+ENVIRONMENT = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+
+
+def run_command(words, folder, timeout=540):
+    """One command as a user types it, in ``folder``, with this environment's programs and one BLAS thread."""
+    return subprocess.run(programs(words), cwd=folder, capture_output=True, text=True, timeout=timeout,
+                          env=ENVIRONMENT)
+
+
+def run_script(code, folder, timeout=540):
+    """Python code as a script under mpiexec, at the ranks its ``# mpiexec -n N python -m mpi4py`` line says
+    (1 without one)."""
+    script = folder / "script.py"
+    script.write_text(code)
+    ranks = re.search(r"# mpiexec -n (\d+) python -m mpi4py", code)
+    return subprocess.run([str(MPIEXEC), "-n", ranks.group(1) if ranks else "1", sys.executable, "-m", "mpi4py",
+                           str(script)], cwd=folder, capture_output=True, text=True, timeout=timeout,
+                          env=ENVIRONMENT)
+
+
 COMMANDS = shell_commands(smoke(README))
 
 
@@ -133,8 +157,9 @@ def test_every_extra_the_readme_installs_is_declared():
 
 @pytest.fixture
 def tour_folder(tmp_path):
-    """A folder like a checkout's root for the commands: examples/ beside them, and a small train.svm."""
-    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    """A folder like a checkout's root for the commands: examples/ and benchmarks/ beside them, a small train.svm."""
+    for folder in ("examples", "benchmarks"):
+        (tmp_path / folder).symlink_to(ROOT / folder)
     from mpiopt.data import make_lasso
     A, b, _ = make_lasso(200, 20, density=0.3, noise=0.01, seed=0)
     with open(tmp_path / "train.svm", "w") as stream:
@@ -150,19 +175,12 @@ def test_a_readme_command_runs_as_written(tour_folder, line, words):
     reason = why_not_run(words)
     if reason:
         pytest.skip(reason)
-    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    completed = subprocess.run(programs(words), cwd=tour_folder, capture_output=True, text=True, timeout=540,
-                               env=environment)
+    completed = run_command(words, tour_folder)
     assert completed.returncode == 0, f"{line}\n{completed.stderr[-3000:]}"
 
 
 @pytest.mark.timeout(600)
 def test_the_readme_python_blocks_run_as_one_script(tour_folder):
-    script = tour_folder / "tour.py"
-    script.write_text(smoke(python_script(README)))
-    ranks = re.search(r"# mpiexec -n (\d+) python -m mpi4py", README).group(1)
-    environment = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    completed = subprocess.run([str(MPIEXEC), "-n", ranks, sys.executable, "-m", "mpi4py", str(script)],
-                               cwd=tour_folder, capture_output=True, text=True, timeout=540, env=environment)
+    completed = run_script(smoke(python_script(README)), tour_folder)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert (tour_folder / "lasso.json").exists() and (tour_folder / "state.npz").exists()

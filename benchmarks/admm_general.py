@@ -1,4 +1,4 @@
-"""The general ADMM solver against scikit-learn, in one run (issue targets for ADMM).
+"""The general ADMM solver against scikit-learn, in one run, with the targets of docs/admm.md.
 
     mpiexec -n 2 python benchmarks/admm_general.py --part logistic   # L1 logistic vs liblinear and saga
     mpiexec -n 2 python benchmarks/admm_general.py --part path       # 20-value lasso path vs lasso_path
@@ -14,7 +14,7 @@ rho: iterations to converge for fixed rho over a grid around the data-scale
 default, and adaptive rho started 100x below the best fixed rho.
 Output: tables on rank 0 and JSON (--output).
 
-logistic-designs / path-designs: issue 14's comparison (sparse_solvers.py):
+logistic-designs / path-designs: the designs comparison (sparse_solvers.py):
 time to a relative objective gap of 1e-6 for L1 logistic beside scikit-learn,
 celer and skglm on the five designs, and for the 20-weight lasso path beside
 lasso_path and skglm's path (--designs; default: the independent design).
@@ -85,7 +85,7 @@ def main(argv=None):
 
 
 def designs_suite(args, comm, say):
-    """Issue 14's L1-logistic or path comparison over the designs (sparse_solvers.py)."""
+    """The L1-logistic or path comparison over the designs (sparse_solvers.py)."""
     family = args.part.split("-")[0]
     output = output_path(args)
     say(f"admm_general --part {args.part}: {comm.size} ranks, {available_cores()} cores, target {args.target:g}")

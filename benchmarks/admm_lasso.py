@@ -20,7 +20,7 @@ BLAS while the other ranks sleep; it gets the full matrix as generated (C
 order) and, separately, in its preferred Fortran order (the copy not timed).
 Output: a table on rank 0, JSON (--output) and optionally a plot (--plot).
 
-With --designs (or --quick), the designs suite of issue 14 instead: time to a
+With --designs (or --quick), the designs suite instead: time to a
 relative objective gap of 1e-6 beside scikit-learn, celer and skglm on
 independent, Toeplitz-correlated (0.5, 0.9), wide and sparse power-law CSR
 designs; see sparse_solvers.py for the definitions.
@@ -90,7 +90,7 @@ def given_options(parser, argv):
 
 
 def designs_run(args):
-    """Whether this run is issue 14's designs suite (--designs or --quick)."""
+    """Whether this run is the designs suite (--designs or --quick)."""
     return args.designs is not None or args.quick
 
 
@@ -198,7 +198,7 @@ def per_iteration_floor(args, comm, A, b, lam):
 
 
 def designs_suite(args, comm, say):
-    """Issue 14's lasso comparison over five designs (sparse_solvers.py)."""
+    """The lasso comparison over five designs (sparse_solvers.py)."""
     output = output_path(args)
     kept = ", ".join("--" + name.replace("_", "-") for name in args.kept)
     say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, lam = {args.lam_ratio} lambda_max, "

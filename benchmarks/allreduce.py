@@ -245,7 +245,7 @@ def reducer_model(name, reducer, nbytes):
 
 
 def summarize(rows, names, p):
-    """Average busbw per reducer, the three targets of the issue (medians of per-size ratios; on the OSU
+    """Average busbw per reducer, the three targets of docs/collectives.md (medians of per-size ratios; on the OSU
     convention's rows when they were timed) and, per convention, the ring reducers' ratios to MPI from 1 MiB."""
     conventions = list(dict.fromkeys(r.get("convention", "osu") for r in rows))
     main = "osu" if "osu" in conventions else (conventions[0] if conventions else "osu")

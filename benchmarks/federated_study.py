@@ -43,10 +43,10 @@ ATTACKS = (("none", None, None), ("sign flip x4", "sign_flip", {"scale": 4.0}),
            ("Gaussian s=3", "gaussian", {"scale": 3.0}), ("constant 3", "constant", {"scale": 3.0}),
            ("ALIE", "alie", None))
 # NIID-Bench (Li et al. 2022), Table 3, top-1 accuracy: CIFAR-10 with Dir(0.5) label skew, and MNIST with one
-# label per client (#C=1), as the issue quotes them
+# label per client (#C=1), as docs/federated_benchmark.md quotes them
 PUBLISHED = {"CIFAR-10 Dir(0.5)": {"FedAvg": 63.4, "FedProx": 65.6, "SCAFFOLD": 68.0, "FedNova": 65.0},
              "MNIST #C=1": {"FedAvg": 10.0, "FedProx": 81.3, "SCAFFOLD": 10.0}}
-# McMahan et al. 2017, Table 2 (the MNIST CNN, rounds to 99%), the rows the issue quotes: (E, B) -> (IID, non-IID)
+# McMahan et al. 2017, Table 2 (the MNIST CNN, rounds to 99%), the rows docs/federated_benchmark.md quotes: (E, B) -> (IID, non-IID)
 PAPER_CNN = {("FedSGD", 1, None): (626, 483), ("FedAvg", 5, 10): (20, 229)}
 MCMAHAN_ROWS = (("FedSGD", "fedsgd", 1, None), ("FedAvg", "fedavg", 5, None),
                 ("FedAvg", "fedavg", 1, 10), ("FedAvg", "fedavg", 5, 10), ("FedAvg", "fedavg", 20, 10))

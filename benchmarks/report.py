@@ -298,7 +298,7 @@ def async_sgd_tables(result):
                      f"{t['asgd']}) |" + "".join(f" {cell} |" for cell in cells))
     throughput = result.get("throughput")
     if throughput:
-        target = throughput.get("target_s", 60.0)  # results before issue 22 were held to a minute
+        target = throughput.get("target_s", 60.0)  # JSON written before 2026-12-03 has no target_s: it was held to a minute
         lines += ["", f"Simulator throughput: {throughput['n_workers']} workers, tau sqrt, d = {throughput['dim']}, "
                       f"S = {throughput['S']:g}, {throughput['gradients']} gradient events per method, one core "
                       f"(measured; target: at most {target:g} s):", "",
@@ -310,7 +310,7 @@ def async_sgd_tables(result):
                          f"{row['wall_s']:.1f} | {row['cpu_s']:.1f} | {row['events_per_s']:,.0f} | "
                          f"{row['events_per_cpu_s']:,.0f} | {_yes(within)} |")
         if throughput.get("extra"):
-            lines += ["", f"The issue-22 methods, {throughput['extra_gradients']} gradient events each (the graph "
+            lines += ["", f"The communication-aware methods, {throughput['extra_gradients']} gradient events each (the graph "
                           "methods on a mesh of fewer workers), one core:", "",
                       "| method | problem | workers | timing | events | steps | wall (s) | events / s | "
                       "10^6 events at this rate (s) |", "|---|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -540,7 +540,7 @@ def _cell(value, form):
 
 
 def sparse_solver_tables(payload):
-    """Issue 14's designs suite (benchmarks/sparse_solvers.py): one table per family, one line per design
+    """The designs suite (benchmarks/sparse_solvers.py): one table per family, one line per design
     and solver."""
     family = payload["family"]
     title = {"lasso": "Lasso", "logistic": "L1 logistic regression",

@@ -1,4 +1,4 @@
-"""Consensus ADMM beside the sparse-regression solvers (issue 14, point 7): shared code of
+"""Consensus ADMM beside the sparse-regression solvers (skglm, celer, scikit-learn): shared code of
 ``admm_lasso.py --designs`` and ``admm_general.py --part logistic-designs / path-designs``.
 
 Problems, all in ONE scaling (mpiopt's, sums over every row):
@@ -63,7 +63,7 @@ COMPETITORS = ("scikit-learn", "celer", "skglm")
 
 def add_arguments(parser, family):
     """The options of the designs suite (the tall size is the script's --rows / --cols)."""
-    group = parser.add_argument_group("designs suite (issue 14)")
+    group = parser.add_argument_group("designs suite")
     group.add_argument("--designs", default=None,
                        help=f"comma-separated subset of {','.join(DESIGNS)} or 'all'; runs the suite")
     group.add_argument("--wide-rows", type=int, default=2000)
@@ -638,7 +638,7 @@ def table_rows(entry, family, available):
     target_times = [row["seconds"] for row in rows if row["package"] in yardstick and row["status"] == "reached"]
     fastest = min(competitor_times) if competitor_times else None
     target_time = min(target_times) if target_times else None
-    if family == "lasso" and entry["design"] not in DENSE:  # issue 23: the sparse lasso at most skglm's time
+    if family == "lasso" and entry["design"] not in DENSE:  # the sparse lasso's target: at most skglm's time
         target_times = [row["seconds"] for row in rows if row["package"] == "skglm" and row["status"] == "reached"]
         target_time = min(target_times) if target_times else None
     has_target = True

@@ -34,7 +34,13 @@ method's own ``theory_options`` and ``default_step_size`` turn an option left
 at None into the theory's value (Rennala's B, Ringmaster's R), and
 ``timing_options`` adds what the workers' timing model gives (Shadowheart's
 equilibrium time).  ``predicted(problem, timing, epsilon)`` gives the
-method's own predicted times when :mod:`.theory`'s table has none.  A method of a
+method's own predicted times when :mod:`.theory`'s table has none, and the
+classmethod ``predicted_time(problem, timing, epsilon)`` the times it adds to
+every run's table, whichever method runs (Fragile's and Amelie's on a graph).
+A method declares what the runtimes and the front ends read: ``uses_jobs``,
+``seeded``, ``routed`` (its vectors travel on a pivot's tree of the graph:
+on MPI over the graph's topology, :mod:`.routes`) and ``reference`` (the
+yardstick of the command line's comparison).  A method of a
 user's, registered as ``register("asyncsgd-method", name, cls)``, works the
 same way: its ``__init__(x0, n_workers, step_size, **options)`` is given its
 declared options, and the step size of Asynchronous SGD's theory by default.
@@ -56,6 +62,8 @@ class Method:
     options = NO_OPTIONS  # the declared options beyond the step size (a subclass declares its own)
     uses_jobs = False     # True: ``job(worker)`` gives each started worker its own Job
     seeded = False        # True: ``__init__`` takes the run's ``seed`` (a method that draws at random)
+    routed = False        # True: x and the results travel on the tree of ``self.pivot`` over the run's graph
+    reference = False     # True: the comparison of ``--method all`` gives every time beside this method's
 
     @classmethod
     def owner(cls):
@@ -112,6 +120,12 @@ class Method:
         if cls.seeded:
             values["seed"] = seed
         return cls(problem.x0(), n_workers, gamma, **values)
+
+    @classmethod
+    def predicted_time(cls, problem, timing, epsilon):
+        """The predicted times (a dict by name, constants dropped) that this method adds to every run's table
+        on ``timing``'s workers, whichever method runs; none by default."""
+        return {}
 
     def predicted(self, problem, timing, epsilon):
         """This method's predicted times (a dict by name, constants dropped) beyond :mod:`.theory`'s."""

@@ -1,31 +1,23 @@
-"""Workers on a graph: topologies, edge times, shortest-path times and trees, and the decentralized methods'
-time complexities (Tyurin and Richtarik, "On the optimal time complexities in decentralized stochastic
+"""Workers on a graph: topologies, edge times, shortest-path times and trees, and what the decentralized
+methods share (Tyurin and Richtarik, "On the optimal time complexities in decentralized stochastic
 asynchronous optimization", NeurIPS 2024).
 
 Worker i sends a vector to a neighbour j in rho_ij (the edge's time, the same
 both ways); a vector from i to j takes the shortest-path time tau_{i->j}
-(Dijkstra over the edge times, scipy.sparse.csgraph).  Fragile SGD picks a
-pivot j: x travels from j on a shortest-path tree, the workers' partial sums
-of gradients come back along it, and the pivot steps after S = max(ceil(
-sigma^2/eps), 1) gradients with gamma = 1/(2L).  Its time is
+(Dijkstra over the edge times, scipy.sparse.csgraph).  A method on a graph
+picks a pivot j: x travels from j on a shortest-path tree and the workers'
+partial sums of gradients come back along it (:class:`TreeJobs`, the rounds'
+jobs; :mod:`.treelinks`, the paper's links).  Its time is built from
 
-    T_Fragile = (L Delta / eps) min_j t*(S, h, tau_{.->j} + tau_{j->.})
     t*(S, h, tau) = min_k max{max(tau_pi_k, h_pi_k), S (sum_{i<=k} 1/h_pi_i)^(-1)}
 
-pi sorting the workers by max(tau_i, h_i) for that pivot, and no method can
-beat (up to constants) the papers' lower bound, the same with the one-way
-times shrunk by log(n + 1):
+(:func:`equilibrium`), pi sorting the workers by max(tau_i, h_i) for that
+pivot; :func:`best_pivot` is the j of least t*(S, h, tau_{.->j} +
+tau_{j->.}) (among ties the most central: the least max_i tau_{i->j} +
+tau_{j->i}).  The methods' own times, T_Fragile, its lower bound and
+T_Amelie, are in :mod:`.methods.fragile` and :mod:`.methods.amelie`.
 
-    T_lower = (L Delta / eps) min_j t*(sigma^2/eps, h, tau_{.->j} / log(n + 1))
-
-The pivot is the
-argmin (among ties the most central: the least max_i tau_{i->j} +
-tau_{j->i}).  Amelie SGD, for different f_i (S = max(ceil(sigma^2/eps), n)),
-takes
-
-    T_Amelie = (L Delta / eps) max{max_{i,j} tau_{i->j}, max_i h_i, (sigma^2 / (n eps)) (1/n) sum_i h_i}
-
-(constants dropped in both).  Topologies (registry kind ``asyncsgd-graph``):
+Topologies (registry kind ``asyncsgd-graph``):
 ``line``, ``ring``, ``mesh`` (2-D, rows x columns with rows the largest
 divisor of n at most sqrt(n), no wrap-around), ``torus`` (the mesh wrapped),
 ``star`` (worker 0 the centre), ``complete``, and ``edges`` (a text file of
@@ -113,28 +105,6 @@ def best_pivot(graph, h, S):
     tied = np.flatnonzero(values <= values.min() * (1 + 1e-12))  # ties: the most central of them, then the first
     pivot = int(tied[np.argmin(np.max(tau[:, tied] + tau[tied, :].T, axis=0))])
     return float(values[pivot]), pivot
-
-
-def fragile_time(graph, h, sigma2, epsilon, L, Delta):
-    """(T_Fragile, the pivot): (L Delta/eps) min_j t*(S, h, tau_{.->j} + tau_{j->.}), S = max(ceil(sigma^2/eps), 1)."""
-    value, pivot = best_pivot(graph, h, max(math.ceil(sigma2 / epsilon), 1))
-    return float(L * Delta / epsilon * value), pivot
-
-
-def fragile_lower_bound(graph, h, sigma2, epsilon, L, Delta):
-    """The papers' lower bound for the homogeneous setup (constants dropped): (L Delta/eps) min_j t*(sigma^2/eps,
-    h, tau_{.->j} / log(n + 1)), the one-way times to each j shrunk by the natural log(n + 1); Fragile's time
-    is within that log of it."""
-    tau, S = graph.times(), sigma2 / epsilon
-    shrink = math.log(graph.n + 1)
-    return float(L * Delta / epsilon * min(equilibrium(S, h, tau[:, j] / shrink) for j in range(graph.n)))
-
-
-def amelie_time(graph, h, sigma2, epsilon, L, Delta):
-    """T_Amelie = (L Delta/eps) max{max_ij tau_{i->j}, max_i h_i, sigma^2/(n eps) mean(h)}."""
-    h, n = np.asarray(h, dtype=np.float64), graph.n
-    return float(L * Delta / epsilon * max(float(graph.times().max()), float(h.max()),
-                                          sigma2 / (n * epsilon) * float(h.mean())))
 
 
 def _mesh_shape(n):
@@ -251,6 +221,7 @@ class TreeJobs:
     h_ik + tau_{i->pivot}, as if a link carried any number of messages at once."""
 
     seeded = True  # the paper's rounds draw random compute times from the method's own stream
+    routed = True  # x and the sums travel on the pivot's tree (on MPI, over the graph's topology)
 
     @classmethod
     def unavailable(cls, settings, problem=None):

@@ -19,8 +19,8 @@ a sum of b, or the m K values of its Random-K messages, which the server
 decodes with indices of its own: :mod:`.jobs`), ignored when the job has
 since been cancelled; STOP server -> worker; DONE worker -> server;
 ERROR worker -> server (the failure's text); SIGNAL worker -> server ([usr1, term]: a
-signal that reached this worker, so that one rank's signal checkpoints or stops the whole run).  For Fragile and Amelie SGD the JOBs
-and GRADs travel along the pivot's tree over an MPI distributed-graph topology
+signal that reached this worker, so that one rank's signal checkpoints or stops the whole run).  For a method
+that declares ``routed`` the JOBs and GRADs travel along the pivot's tree over an MPI distributed-graph topology
 of the workers' graph (:mod:`.routes`: the server talks to the pivot only).
 
 A worker with fixed or random compute times prices the job with the timing

@@ -1,8 +1,9 @@
 """Graph methods on MPI ranks: the vectors travel along the pivot's tree over an MPI distributed-graph topology.
 
-Fragile and Amelie SGD (:mod:`.fragile`, :mod:`.amelie`) run on workers
-joined by a graph (:mod:`.graphs`); the pivot j broadcasts x_k on its
-shortest-path tree and the gradients come back up the same tree.  On the MPI
+A method that declares ``routed = True`` (:class:`.graphs.TreeJobs`, the
+decentralized methods of :mod:`.methods`) runs on workers joined by a graph
+(:mod:`.graphs`); the pivot j broadcasts x_k on its shortest-path tree and
+the gradients come back up the same tree.  On the MPI
 runtime (:mod:`.mpi`) every rank joins a communicator made by
 ``Create_dist_graph_adjacent`` whose edges are the graph's (worker i is rank
 i + 1; the server, rank 0, has no edges and sits beside the pivot), and:
@@ -21,7 +22,7 @@ gradients are not merged on the way (the paper's partial sums): each travels
 on its own, so the server receives what the simulator's events carry.
 
 Cost per job of worker i at depth D_i: D_i hops down and D_i up, the vector
-of d float64 and a header each; per step of Fragile's rounds, x crosses a tree
+of d float64 and a header each; per step of a round on the tree, x crosses a tree
 edge once for every worker below it.
 
 Shutdown: a message may be between two workers when the server sends STOP.
@@ -42,11 +43,10 @@ UP = -1         # a routed message's destination: the server, up the tree
 
 
 def tree_of(method, timing):
-    """{"pivot", "parent"} for a method whose vectors travel on a pivot's tree (Fragile, Amelie), else None."""
-    pivot = getattr(method, "pivot", None)
-    if pivot is None or timing.graph is None:
+    """{"pivot", "parent"} for a method whose vectors travel on a pivot's tree (``method.routed``), else None."""
+    if not method.routed or timing.graph is None:
         return None
-    return {"pivot": int(pivot), "parent": timing.graph.tree(int(pivot)).tolist()}
+    return {"pivot": int(method.pivot), "parent": timing.graph.tree(int(method.pivot)).tolist()}
 
 
 def topology(comm, graph):

@@ -12,13 +12,9 @@ import time as clock
 import numpy as np
 
 from ..core.log import IterationLog
-from ..core.registry import lookup
+from ..core.registry import lookup, names
 from . import theory
-from .graphs import amelie_time, fragile_lower_bound, fragile_time
-from .power import universal_time
 from .result import HISTORY_COLUMNS, STATUS_OF_STOP, AsyncSGDResult
-
-THEORY = ("minibatch", "asgd", "rennala", "ringmaster")  # the methods of theory.predicted_times
 from .settings import inf_as_text
 
 
@@ -104,9 +100,9 @@ class Recorder:
                  f"runtime: {runtime}, {n_workers} workers, {timing.describe()}",
                  "predicted (constants dropped): " + ", ".join(
                      f"T_{k} = {_fmt(predicted[k]) if predicted[k] is not None else 'n/a'}"
-                     for k in ("minibatch", "asgd", "rennala")) +
+                     for k in theory.BANNER) +
                  f", m* = {predicted['m_star']}" + "".join(
-                     f", T_{k} = {v:.4g}" for k, v in predicted.items() if k == m.name and k not in THEORY)]
+                     f", T_{k} = {v:.4g}" for k, v in predicted.items() if k == m.name and k not in theory.TABLE)]
         self.log.banner("mpiopt async-sgd", lines)
 
     def footer(self, result):
@@ -128,45 +124,17 @@ def worker_means(tau_model, n_workers):
     return tau_model.mean(np.arange(1, n_workers + 1))
 
 
-def predicted_for(problem, timing, epsilon):
-    """The theory's table (:func:`.theory.predicted_times`) for the default job's times (each worker's mean
-    compute time, plus its dense round trip when communication costs)."""
-    return theory.predicted_times(worker_means(timing.plain_model(), timing.n_workers), problem.sigma2, epsilon,
-                                  problem.L, problem.Delta)
-
-
-def universal_predictions(problem, timing, epsilon, fixed):
-    """The theory's table under time-varying power (Tyurin, ICLR 2025, the universal computation model), by
-    the model's recursion over K = L Delta/eps steps: Rennala's (optimal) time with its batch
-    max(1, ceil(S)), and Minibatch's, whose K (1 + S/n) steps each wait for one gradient from every
-    worker.  The paper gives ASGD only the lower bound (Rennala's time), no time of its own: its entry is
-    None.  The fixed-power values stay under ``<name>_fixed_power``."""
-    means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
-    K, S = problem.L * problem.Delta / epsilon, theory.noise_ratio(problem.sigma2, epsilon)
-    rennala = universal_time(timing.traces, means, theory.default_batch(problem.sigma2, epsilon), math.ceil(K))
-    minibatch = universal_time(timing.traces, means, 1, math.ceil(K * (1 + S / timing.n_workers)), "minibatch")
-    out = {f"{name}_fixed_power": fixed[name] for name in ("minibatch", "asgd", "rennala")}
-    out.update(minibatch=minibatch, asgd=None, rennala=rennala, ringmaster=rennala, **{"asgd/rennala": None})
-    out["minibatch/rennala"] = minibatch / rennala if 0 < rennala < math.inf else math.nan
-    return out
-
-
 def prepare(problem, timing, settings, log_stream=None):
     """(method, recorder, predicted times) of a run, on the rank that runs the method (its log to
-    ``log_stream``, None: stdout): the theory's table and the method's own predictions."""
+    ``log_stream``, None: stdout): the theory's table, what every registered method adds to it on these
+    workers (``Method.predicted_time``, in registration order), then the running method's own
+    (``method.predicted``)."""
     epsilon = settings.epsilon or problem.default_epsilon()
     method = build_method(settings, problem, timing.n_workers, epsilon, timing)
     recorder = Recorder(problem, method, settings, epsilon, log_stream=log_stream)
-    predicted = predicted_for(problem, timing, epsilon)
-    if timing.time_varying:
-        predicted.update(universal_predictions(problem, timing, epsilon, predicted))
-    if timing.graph is not None:  # the decentralized methods' times on this graph, whichever method runs
-        means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
-        predicted["fragile"] = fragile_time(timing.graph, means, problem.sigma2, epsilon, problem.L,
-                                            problem.Delta)[0]
-        predicted["fragile_lower_bound"] = fragile_lower_bound(timing.graph, means, problem.sigma2, epsilon,
-                                                               problem.L, problem.Delta)
-        predicted["amelie"] = amelie_time(timing.graph, means, problem.sigma2, epsilon, problem.L, problem.Delta)
+    predicted = theory.run_table(problem, timing, epsilon)
+    for name in names("asyncsgd-method"):
+        predicted.update(lookup("asyncsgd-method", name).predicted_time(problem, timing, epsilon))
     predicted.update(method.predicted(problem, timing, epsilon))
     return method, recorder, predicted
 

@@ -15,9 +15,7 @@ import math
 
 from ..core.registry import lookup, names, options_problem
 from ..core.settings import Settings, is_integer, is_number
-from .asgd import AsynchronousSGD
-from .rennala import RennalaSGD
-from .ringmaster import RingmasterASGD
+from . import methods as _methods  # noqa: F401  (registers the built-in methods, whose options some settings are)
 from .uploads import COMPRESSORS
 
 RUNTIMES = ("simulator", "mpi")
@@ -27,9 +25,14 @@ def _positive_or_none(value):
     return value is None or (is_number(value) and value > 0)
 
 
-def _declared(method, name):
-    """The default that ``method`` (a Method class) declares for its option ``name``."""
-    return method.options[name].default
+def _declared(name):
+    """The default that the registered methods declaring an option ``name`` give it (one value for all)."""
+    declared = [lookup("asyncsgd-method", method).options for method in names("asyncsgd-method")]
+    defaults = {repr(options[name].default): options[name].default for options in declared if name in options}
+    if len(defaults) != 1:
+        raise ValueError(f"the methods' option {name!r} has {len(defaults)} defaults ({', '.join(defaults)}): a "
+                         "setting of that name needs one")
+    return next(iter(defaults.values()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,11 +58,11 @@ class AsyncSGDSettings(Settings):
     power_options: dict = None     # the power model's declared options, e.g. {"period": 50, "fraction": 0.5}
     graph: str = None              # fragile, amelie: the workers' graph (registry kind asyncsgd-graph: mesh, ...)
     graph_options: dict = None     # the graph's declared options, e.g. {"rho": 10} or {"path": "edges.txt"}
-    batch: int = _declared(RennalaSGD, "batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
-    threshold: float = _declared(RingmasterASGD, "threshold")  # Ringmaster's R (None: the theory's; inf allowed)
-    stop_computations: bool = _declared(RingmasterASGD, "stop_computations")  # Ringmaster: stop at delay R
-    delay_adaptive: bool = _declared(AsynchronousSGD, "delay_adaptive")  # ASGD: gamma_k = min(gamma, 1/(2L delay_k))
-    restart: bool = _declared(RennalaSGD, "restart")  # Rennala: after a step every worker restarts at the new point
+    batch: int = _declared("batch")  # Rennala's B (None: max(1, ceil(sigma^2/epsilon)))
+    threshold: float = _declared("threshold")  # Ringmaster's R (None: the theory's; inf allowed)
+    stop_computations: bool = _declared("stop_computations")  # Ringmaster: stop at delay R
+    delay_adaptive: bool = _declared("delay_adaptive")  # ASGD: gamma_k = min(gamma, 1/(2L delay_k))
+    restart: bool = _declared("restart")  # Rennala: after a step every worker restarts at the new point
     compressor: str = None         # minibatch, asgd: upload compressed (randomk, qsgd8, qsgd4; None: dense)
     coordinates: int = None        # shadowheart, and randomk uploads: K coordinates a message (None: max(1, d // 100))
     quantile: float = None         # mindflayer: an attempt's budget is this quantile of the compute time (None: best)

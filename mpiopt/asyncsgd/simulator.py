@@ -27,7 +27,7 @@ run at ``max_time``.
 Events: a heap of (hi, worker, job) with lazy cancellation: a worker's job
 number grows whenever it is (re)started, so an entry of an older job is
 skipped when it comes up.  When every worker restarts at once (a synchronous
-step, Rennala's restart) the simulator does not push n entries: it keeps the
+step, a restart after every step) the simulator does not push n entries: it keeps the
 start and the workers' times as one bulk consumed in order, a chunk at a time
 (fixed times: the workers sorted by time once, each chunk's finishing times
 computed when it is reached, so a restart costs O(chunk); random times: a

@@ -28,6 +28,11 @@ import math
 
 import numpy as np
 
+from .power import universal_time
+
+TABLE = ("minibatch", "asgd", "rennala", "ringmaster")  # the methods of predicted_times' table
+BANNER = ("minibatch", "asgd", "rennala")  # the times a run's banner shows (Ringmaster's is Rennala's)
+
 
 def _ceil(value):
     """ceil that forgives rounding: ceil(10.000000000000002) is 10."""
@@ -93,3 +98,30 @@ def predicted_times(taus, sigma2, epsilon, L, Delta):
     times["minibatch/rennala"] = times["minibatch"] / rennala if rennala > 0 else math.nan
     times["asgd/rennala"] = times["asgd"] / rennala if rennala > 0 else math.nan
     return times
+
+
+def run_table(problem, timing, epsilon):
+    """The table of a run (:func:`predicted_times`) for the default job's times (each worker's mean compute
+    time, plus its dense round trip when communication costs), and under time-varying power the universal
+    model's (:func:`universal_table`) over it."""
+    means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+    table = predicted_times(means, problem.sigma2, epsilon, problem.L, problem.Delta)
+    if timing.time_varying:
+        table.update(universal_table(problem, timing, epsilon, table))
+    return table
+
+
+def universal_table(problem, timing, epsilon, fixed):
+    """The table under time-varying power (Tyurin, ICLR 2025, the universal computation model), by
+    the model's recursion over K = L Delta/eps steps: Rennala's (optimal) time with its batch
+    max(1, ceil(S)), and Minibatch's, whose K (1 + S/n) steps each wait for one gradient from every
+    worker.  The paper gives ASGD only the lower bound (Rennala's time), no time of its own: its entry is
+    None.  The fixed-power values stay under ``<name>_fixed_power``."""
+    means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+    K, S = problem.L * problem.Delta / epsilon, noise_ratio(problem.sigma2, epsilon)
+    rennala = universal_time(timing.traces, means, default_batch(problem.sigma2, epsilon), math.ceil(K))
+    minibatch = universal_time(timing.traces, means, 1, math.ceil(K * (1 + S / timing.n_workers)), "minibatch")
+    out = {f"{name}_fixed_power": fixed[name] for name in ("minibatch", "asgd", "rennala")}
+    out.update(minibatch=minibatch, asgd=None, rennala=rennala, ringmaster=rennala, **{"asgd/rennala": None})
+    out["minibatch/rennala"] = minibatch / rennala if 0 < rennala < math.inf else math.nan
+    return out

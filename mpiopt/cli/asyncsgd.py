@@ -135,7 +135,7 @@ def _async_sgd_checks(args, comm):
 
 
 def run_async_sgd(args, comm):
-    from ..asyncsgd import AsyncSGDSettings, async_sgd, get_problem, methods
+    from ..asyncsgd import AsyncSGDSettings, async_sgd, available_methods, get_problem
     from ..core.comm import check_collectively
     from ..core.io import check_writable, write_json
     check_writable(args.output, comm)
@@ -144,8 +144,8 @@ def run_async_sgd(args, comm):
     options, n_workers, problem = _async_sgd_checks(args, comm)
     check_collectively(comm, problem or plot_problem(args.plot, comm))
     # all: in registration order, but those that cannot run with these settings (shadowheart: no upload)
-    names = methods(AsyncSGDSettings(upload=args.upload, graph=args.graph),
-                                                   args.problem) if args.method == "all" else [args.method]
+    names = available_methods(AsyncSGDSettings(upload=args.upload, graph=args.graph),
+                              args.problem) if args.method == "all" else [args.method]
     tau = args.taus if args.taus is not None else args.tau
     common = dict(settings_from(args, args.async_settings, AsyncSGDSettings), n_workers=n_workers,
                   checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every)
@@ -200,17 +200,25 @@ def _model_options(args, kind, flag):
     return chosen_options(args, kind, name, flag)
 
 
+def _reference(results):
+    """The name of the method that the comparison's ratios divide by (the first run that declares itself the
+    ``reference``), or None."""
+    from ..core.registry import lookup
+    return next((name for name in results if lookup("asyncsgd-method", name).reference), None)
+
+
 def _async_sgd_comparison(results):
-    """Per method: the measured and predicted times to epsilon and, beside Rennala's, their ratios."""
-    rennala = results.get("rennala")
+    """Per method: the measured and predicted times to epsilon and, beside the reference method's, their
+    ratios."""
+    reference = _reference(results)
     comparison = {}
     for name, result in results.items():
         measured, predicted = result.time_to_epsilon, result.predicted.get(name)
         row = {"status": result.status, "stop": result.info["stop"], "measured": measured, "predicted": predicted}
-        if rennala is not None:
-            base, base_predicted = rennala.time_to_epsilon, rennala.predicted.get("rennala")
-            row["measured/rennala"] = measured / base if measured is not None and base else None
-            row["predicted/rennala"] = predicted / base_predicted if predicted is not None and base_predicted \
+        if reference is not None:
+            base, base_predicted = results[reference].time_to_epsilon, results[reference].predicted.get(reference)
+            row[f"measured/{reference}"] = measured / base if measured is not None and base else None
+            row[f"predicted/{reference}"] = predicted / base_predicted if predicted is not None and base_predicted \
                 else None
         comparison[name] = row
     return comparison
@@ -227,8 +235,10 @@ def _async_sgd_table(results, compare=False):
              f"workers: {info['n_workers']} ({info['runtime']} runtime), compute times {info['tau']}, "
              f"m* = {predicted.get('m_star')}; times in compute-time units, predicted with constants dropped"]
     header = ["method", "status", "steps", "gradients", "discarded", "cancelled", "time to eps", "predicted"]
+    reference = _reference(results)
+    ratios = [f"measured/{reference}", f"predicted/{reference}"]
     if compare:
-        header += ["measured/rennala", "predicted/rennala"]
+        header += ratios
     header.append("stop")
     comparison = _async_sgd_comparison(results)
     rows = []
@@ -238,8 +248,7 @@ def _async_sgd_table(results, compare=False):
                str(sum(workers["cancelled"])), number(result.time_to_epsilon, ".6g", "not reached"),
                number(result.predicted.get(name), ".4g")]
         if compare:
-            row += [number(comparison[name].get("measured/rennala"), ".3f"),
-                    number(comparison[name].get("predicted/rennala"), ".3f")]
+            row += [number(comparison[name].get(ratio), ".3f") for ratio in ratios]
         rows.append(row + [result.info["stop"]])
     widths = [max(len(row[i]) for row in [header] + rows) for i in range(len(header))]
 

@@ -14,16 +14,16 @@ Its time, optimal for heterogeneous data (constants dropped):
 
     T_Amelie = (L Delta / eps) max{max_{i,j} tau_{i->j}, max_i h_i, (sigma^2 / (n eps)) (1/n) sum_i h_i}
 
-Every run on a graph has T_Amelie among its predicted times (:mod:`.runner`).
+Every run on a graph has T_Amelie among its predicted times (``predicted_time``).
 The pivot by default is the graph's centre (the least max_i tau_{j->i} +
 tau_{i->j}), which the slowest round trip bounds.  Per step the pivot receives
 sum_i B_i gradients in partial sums, and x crosses every tree edge once.
 """
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from .graphs import LINKS, TreeJobs, graph_of
+from ...core.options import Option, Options
+from ...core.registry import register
+from ..graphs import LINKS, TreeJobs, graph_of
 from .malenia import MaleniaSGD, malenia_batch
 
 
@@ -44,6 +44,14 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
         return {"batch": values["batch"] or malenia_batch(problem.sigma2, epsilon, timing.n_workers),
                 **cls.tree_options(graph, pivot, values["links"], timing)}
 
+    @classmethod
+    def predicted_time(cls, problem, timing, epsilon):
+        """On a graph, every run's table has T_Amelie."""
+        if timing.graph is None:
+            return {}
+        means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+        return {"amelie": amelie_time(timing.graph, means, problem.sigma2, epsilon, problem.L, problem.Delta)}
+
     def __init__(self, x0, n_workers, step_size, batch, pivot, before, after, links, parent, up, timing, seed=0):
         super().__init__(x0, n_workers, step_size, batch)
         self._tree_jobs(pivot, before, after, links, parent, up, timing, seed)
@@ -61,3 +69,10 @@ class AmelieSGD(TreeJobs, MaleniaSGD):
 
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
+
+
+def amelie_time(graph, h, sigma2, epsilon, L, Delta):
+    """T_Amelie = (L Delta/eps) max{max_ij tau_{i->j}, max_i h_i, sigma^2/(n eps) mean(h)}."""
+    h, n = np.asarray(h, dtype=np.float64), graph.n
+    return float(L * Delta / epsilon * max(float(graph.times().max()), float(h.max()),
+                                          sigma2 / (n * epsilon) * float(h.mean())))

@@ -15,18 +15,18 @@ stale gradients cannot undo the progress of the fast ones (the rule of the
 delay-adaptive analyses above).  Per gradient the server receives d words and
 sends d words back.
 
-With ``compressor`` (:mod:`.uploads`) each gradient is uploaded compressed
+With ``compressor`` (:mod:`..uploads`) each gradient is uploaded compressed
 (Random-K or QSGD, variance parameter omega) and the constant step becomes
 gamma = min(1/(2 n L (1 + omega)), eps / (4 L (1 + omega) sigma^2)).
 """
 import math
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from . import theory
-from .base import Method
-from .jobs import PLAIN
-from .uploads import UPLOAD_OPTIONS, omega, upload_job
+from ...core.options import Option, Options
+from ...core.registry import register
+from .. import theory
+from ..base import Method
+from ..jobs import PLAIN
+from ..uploads import UPLOAD_OPTIONS, omega, upload_job
 
 
 @register("asyncsgd-method", "asgd")

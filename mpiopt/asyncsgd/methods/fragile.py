@@ -1,7 +1,7 @@
 """Fragile SGD (Tyurin and Richtarik, "On the optimal time complexities in decentralized stochastic
 asynchronous optimization", NeurIPS 2024): Rennala's rounds on a graph, around a pivot.
 
-The workers sit on a graph with a time rho per vector and edge (:mod:`.graphs`);
+The workers sit on a graph with a time rho per vector and edge (:mod:`..graphs`);
 a vector from i to j takes the shortest-path time tau_{i->j}.  The pivot j
 holds x_k and broadcasts it on its shortest-path tree; every worker computes
 stochastic gradients at x_k one after another and sends partial sums back up
@@ -11,7 +11,7 @@ it, then broadcasts x_{k+1}:
     x_{k+1} = x_k - gamma (1/B) sum_{l<=B} g_l(x_k),   B >= S = max(ceil(sigma^2/eps), 1),  gamma = 1/(2L)
 
 By default the sums travel as in the paper's Algorithm 4 (``links="paper"``,
-:mod:`.treelinks`): each worker sends its accumulated sum to its parent, one
+:mod:`..treelinks`): each worker sends its accumulated sum to its parent, one
 message per link at a time, the parents add what arrives, and the pivot steps
 with the B >= S gradients it holds once it holds S.  ``links="uncongested"``
 prices worker i's k-th gradient of a round as reaching the pivot at t_round +
@@ -27,14 +27,16 @@ Per step the pivot receives B gradients in partial sums, and x crosses every
 tree edge once.  Both runtimes price the tree's times as delays of the jobs
 (under the paper's links each contributing worker's one job of the round);
 on MPI the vectors also travel along the tree's edges, over a
-distributed-graph topology of the graph (:mod:`.routes`).
+distributed-graph topology of the graph (:mod:`..routes`).
 """
+import math
+
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from . import theory
-from .graphs import LINKS, TreeJobs, best_pivot, equilibrium, graph_of
+from ...core.options import Option, Options
+from ...core.registry import register
+from .. import theory
+from ..graphs import LINKS, TreeJobs, best_pivot, equilibrium, graph_of
 from .rennala import RennalaSGD
 
 
@@ -42,6 +44,7 @@ from .rennala import RennalaSGD
 class FragileSGD(TreeJobs, RennalaSGD):
     name = "fragile"
     uses_jobs = True
+    reference = False  # Rennala's rounds, but on a graph: not the comparison's yardstick
     options = Options(
         Option("batch", int, None, "S, gradients per step (None: max(1, ceil(sigma^2/epsilon)))", low=1),
         Option("pivot", int, None, "the pivot worker (None: the one of least predicted time)", low=0), LINKS)
@@ -76,8 +79,32 @@ class FragileSGD(TreeJobs, RennalaSGD):
     def parameters(self):
         return {"step_size": self.step_size, "batch": self.batch_size, **self.tree_parameters()}
 
+    @classmethod
+    def predicted_time(cls, problem, timing, epsilon):
+        """On a graph, every run's table has T_Fragile at the best pivot and the papers' lower bound."""
+        if timing.graph is None:
+            return {}
+        means = timing.plain_model().mean(np.arange(1, timing.n_workers + 1))
+        args = (timing.graph, means, problem.sigma2, epsilon, problem.L, problem.Delta)
+        return {"fragile": fragile_time(*args)[0], "fragile_lower_bound": fragile_lower_bound(*args)}
+
     def predicted(self, problem, timing, epsilon):
         """At this run's pivot and S (the run's table has the best pivot's, for S from sigma^2/eps)."""
         h = timing.plain_model().mean(np.arange(1, self.n_workers + 1))
         value = equilibrium(self.batch_size, h, self.before + self.after)
         return {"fragile": float(problem.L * problem.Delta / epsilon * value)}
+
+
+def fragile_time(graph, h, sigma2, epsilon, L, Delta):
+    """(T_Fragile, the pivot): (L Delta/eps) min_j t*(S, h, tau_{.->j} + tau_{j->.}), S = max(ceil(sigma^2/eps), 1)."""
+    value, pivot = best_pivot(graph, h, max(math.ceil(sigma2 / epsilon), 1))
+    return float(L * Delta / epsilon * value), pivot
+
+
+def fragile_lower_bound(graph, h, sigma2, epsilon, L, Delta):
+    """The papers' lower bound for the homogeneous setup (constants dropped): (L Delta/eps) min_j t*(sigma^2/eps,
+    h, tau_{.->j} / log(n + 1)), the one-way times to each j shrunk by the natural log(n + 1); Fragile's time
+    is within that log of it."""
+    tau, S = graph.times(), sigma2 / epsilon
+    shrink = math.log(graph.n + 1)
+    return float(L * Delta / epsilon * min(equilibrium(S, h, tau[:, j] / shrink) for j in range(graph.n)))

@@ -45,12 +45,12 @@ import math
 
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.random import random_stream
-from ..core.registry import register
-from .base import ALL, Method
-from .jobs import Job
-from .problems import FINITE_SUMS, Problem
+from ...core.options import Option, Options
+from ...core.random import random_stream
+from ...core.registry import register
+from ..base import ALL, Method
+from ..jobs import Job
+from ..problems import FINITE_SUMS, Problem
 
 
 def collection_time(count, times):

@@ -27,11 +27,11 @@ import math
 
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from . import theory
-from .base import ALL, Method
-from .power import universal_time
+from ...core.options import Option, Options
+from ...core.registry import register
+from .. import theory
+from ..base import ALL, Method
+from ..power import universal_time
 
 
 def malenia_batch(sigma2, epsilon, n_workers):

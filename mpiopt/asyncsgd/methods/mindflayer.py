@@ -13,7 +13,7 @@ E[g_i] = p_i B_i grad f, so the step is unbiased.  An attempt costs
 c_i = E min(tau_i, t_i) = integral_0^t_i P(tau_i > s) ds on average, so a
 kept gradient costs c_i / p_i: the method is Rennala with those effective
 times, and its time is Rennala's formula with tau_i replaced by c_i / p_i
-(constants dropped, :mod:`.theory`).
+(constants dropped, :mod:`..theory`).
 
 Parameters (the defaults):
 
@@ -33,11 +33,11 @@ import heapq
 
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from . import theory
-from .base import RoundMethod
-from .jobs import Job
+from ...core.options import Option, Options
+from ...core.registry import register
+from .. import theory
+from ..base import RoundMethod
+from ..jobs import Job
 
 QUANTILES = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9,
              0.95, 0.99)

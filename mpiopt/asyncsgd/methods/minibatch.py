@@ -3,22 +3,22 @@
     x_{k+1} = x_k - gamma (1/n) sum_{i=1}^n g_i(x_k)
 
 Each step waits for the slowest worker, so it takes tau_n (the largest time):
-T_MB = tau_n (L Delta / eps)(1 + S / n) (see :mod:`.theory`).  Default
+T_MB = tau_n (L Delta / eps)(1 + S / n) (see :mod:`..theory`).  Default
 gamma = min(1/(2L), eps n / (4 L sigma^2)).  Per step the server receives n
 gradients and sends the new point to n workers: n d words each way.
 
-With ``compressor`` (:mod:`.uploads`) each worker uploads its gradient
+With ``compressor`` (:mod:`..uploads`) each worker uploads its gradient
 compressed (Random-K or QSGD, unbiased with variance parameter omega): the
 Shadowheart paper's compressed baseline; the step is then
 gamma = min(1/(2L (1 + omega/n)), eps n / (4 L (1 + omega) sigma^2)).
 """
 import math
 
-from ..core.registry import register
-from . import theory
-from .base import ALL, Accumulator, Method
-from .jobs import PLAIN
-from .uploads import UPLOAD_OPTIONS, omega, upload_job
+from ...core.registry import register
+from .. import theory
+from ..base import ALL, Accumulator, Method
+from ..jobs import PLAIN
+from ..uploads import UPLOAD_OPTIONS, omega, upload_job
 
 
 @register("asyncsgd-method", "minibatch")

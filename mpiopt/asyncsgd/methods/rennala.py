@@ -15,15 +15,16 @@ gradients and, on restart, sends x_{k+1} to all n workers.
 ``restart=False`` lets workers finish what they compute; their late gradients
 (computed at an older point) are then counted as discarded on arrival.
 """
-from ..core.options import Option, Options
-from ..core.registry import register
-from . import theory
-from .base import ALL, Accumulator, Method
+from ...core.options import Option, Options
+from ...core.registry import register
+from .. import theory
+from ..base import ALL, Accumulator, Method
 
 
 @register("asyncsgd-method", "rennala")
 class RennalaSGD(Method):
     name = "rennala"
+    reference = True  # optimal: the comparison's times are given beside Rennala's
     options = Options(
         Option("batch", int, None, "B, gradients per step (None: max(1, ceil(sigma^2/epsilon)))", low=1),
         Option("restart", bool, True, "after a step every worker restarts at the new point"))

@@ -7,7 +7,7 @@ Asynchronous SGD that discards a gradient whose delay is R or more:
 
 and the worker starts again at the current point.  With R = max(1,
 ceil(sigma^2/eps)) and gamma = min(1/(2RL), eps/(4 L sigma^2)) its time is the
-optimal T_R of :mod:`.theory`, without knowing the workers' speeds.
+optimal T_R of :mod:`..theory`, without knowing the workers' speeds.
 
 ``stop_computations=True`` is the paper's variant with calculation stops: as
 soon as a worker's delay reaches R (its gradient could only be discarded) the
@@ -17,11 +17,11 @@ Per accepted or discarded gradient the server receives d words and sends d.
 """
 import math
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from ..core.settings import is_integer
-from . import theory
-from .base import ALL, Method
+from ...core.options import Option, Options
+from ...core.registry import register
+from ...core.settings import is_integer
+from .. import theory
+from ..base import ALL, Method
 
 
 @register("asyncsgd-method", "ringmaster")

@@ -24,7 +24,7 @@ t*).  Default step size gamma = 1/(2L) (the paper's Theorem, the estimator's
 variance being at most eps/... by the choice of t*; see :meth:`default_step_size`).
 
 Cost per round: worker i uploads m_i K values (its indices are rebuilt by
-the server from the shared seed, :mod:`.jobs`) and downloads d; the server
+the server from the shared seed, :mod:`..jobs`) and downloads d; the server
 waits for every participating worker, then all start again at x_{k+1}.
 
 The equilibrium time: s - [sum ...]^(-1) = 0 is equivalent to
@@ -38,10 +38,10 @@ against both and against brute force over subsets).
 """
 import numpy as np
 
-from ..core.options import Option, Options
-from ..core.registry import register
-from .base import RoundMethod
-from .jobs import Job
+from ...core.options import Option, Options
+from ...core.registry import register
+from ..base import RoundMethod
+from ..jobs import Job
 
 
 def _root(a, c):

@@ -31,9 +31,9 @@ after each step the coin, then, for a difference phase, the S indices in one
 """
 import numpy as np
 
-from ..core.registry import register
+from ...core.registry import register
+from ..jobs import Job
 from .freya import FreyaPAGE
-from .jobs import Job
 
 
 def shares(count, n_workers):

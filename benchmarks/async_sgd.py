@@ -20,8 +20,9 @@ the predicted time (result.predicted, constants dropped).  Parts (``--part``):
   10,000 workers, tau_i = sqrt(i);
 * ``throughput``: 10,000 simulated workers for ``--throughput-gradients``
   (10^6) gradient events per method, stop_at_epsilon off: events per second
-  on one core (issue 22's target: 10^6 events in at most 10 s); then the
-  issue-22 methods, each in its own setting (EXTRA_SETUPS: Malenia and Amelie
+  on one core (the target: 10^6 events in at most 10 s, so that a
+  simulated comparison at the papers' scale takes seconds); then the other
+  methods, each in its own setting (EXTRA_SETUPS: Malenia and Amelie
   on the heterogeneous quadratic, Freya and Soviet PAGE on least squares,
   MindFlayer with lognormal times, Shadowheart with uploads, Fragile and
   Amelie on a mesh of ``--graph-workers`` workers), for
@@ -49,8 +50,8 @@ import report  # noqa: E402
 from common import fill_presets, start, wait_without_spinning, write_result  # noqa: E402
 
 METHODS = ("minibatch", "asgd", "rennala", "ringmaster")
-THROUGHPUT_TARGET_S = 10.0  # issue 22: 10^6 events in at most this on one core
-# the issue-22 methods' throughput settings: (problem, its options, run settings); "n" is the part's workers
+THROUGHPUT_TARGET_S = 10.0  # 10^6 events in at most this on one core: the papers' scale in seconds
+# the other methods' throughput settings, each where it can run: (problem, its options, run settings); "n" is the part's workers
 EXTRA_SETUPS = {
     "malenia": ("heterogeneous-quadratic", {"workers": "n"}, {"tau": "sqrt"}),
     "mindflayer": ("quadratic", {}, {"tau": "lognormal"}),
@@ -90,7 +91,7 @@ def parse_args(argv=None):
     parser.add_argument("--sim-workers", help="the workers of the sim1000 and sim10000 parts (1000,10000)")
     parser.add_argument("--throughput-workers", type=int, help="simulated workers of the throughput part (10000)")
     parser.add_argument("--throughput-gradients", type=int, help="gradient events per method (10**6)")
-    parser.add_argument("--extra-gradients", type=int, help="gradient events per issue-22 method (10**5)")
+    parser.add_argument("--extra-gradients", type=int, help="gradient events per method of EXTRA_SETUPS (10**5)")
     parser.add_argument("--graph-workers", type=int, help="workers of the graph methods' throughput (1000)")
     parser.add_argument("--ringmaster-workers", type=int, help="workers of the Ringmaster paper's setting (1000)")
     parser.add_argument("--ringmaster-dim", type=int, help="its dimension (100)")

@@ -14,7 +14,8 @@ import pytest
 from mpi4py import MPI
 
 from mpiopt.asyncsgd import (ALL, EventQueue, FixedTaus, TauModel, async_sgd, default_batch, default_step_size,
-                             get_problem, get_tau_model, methods, predicted_times)
+                             get_problem, get_tau_model, predicted_times)
+from mpiopt.asyncsgd import available_methods as methods
 from mpiopt.asyncsgd.problems import Quadratic, WorstCase
 from mpiopt.asyncsgd.simulator import ZERO, add_time
 from mpiopt.core.comm import CollectiveError

@@ -1,4 +1,4 @@
-"""Issue 20, item 5: a heterogeneous-worker SGD run checkpoints and resumes: a simulated one bit for bit, one
+"""A heterogeneous-worker SGD run checkpoints and resumes: a simulated one bit for bit, one
 on the mpi runtime between sessions (real SIGTERM and SIGUSR1 sent to its server mid-run).
 
 The reference is the same run without interruption: after SIGTERM at any event, or SIGUSR1, or

@@ -21,7 +21,7 @@ HEADER = ("method", "status", "steps", "gradients", "discarded", "cancelled", "t
 def runnable(problem="quadratic"):
     """The methods --method all runs on ``problem`` without communication times (all but those that need them,
     and Freya PAGE, which needs a finite sum)."""
-    from mpiopt.asyncsgd import AsyncSGDSettings, methods
+    from mpiopt.asyncsgd import AsyncSGDSettings, available_methods as methods
     found = methods(AsyncSGDSettings(), problem)
     assert ("freya-page" in found) == (problem in ("least-squares", "logistic"))
     return found
@@ -197,7 +197,7 @@ def test_committed_script_is_what_the_renderer_makes():
 
 @pytest.mark.timeout(120)
 def test_communication_times_and_shadowheart_from_the_command_line(tmp_path):
-    """Issue 22: --upload/--upload-scale price every method's uploads; --method all takes Shadowheart only with
+    """--upload/--upload-scale price every method's uploads; --method all takes Shadowheart only with
     upload times, and its table row carries its own predicted time t* L Delta / eps."""
     plain = run_one(*SMALL, "--method", "all", "--output", "plain.json", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
@@ -222,7 +222,7 @@ def test_communication_times_and_shadowheart_from_the_command_line(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_power_models_and_the_new_methods_from_the_command_line(tmp_path):
-    """Issue 22: --power/--power-opt, Malenia on the heterogeneous quadratic, MindFlayer with --tau-opt."""
+    """--power/--power-opt, Malenia on the heterogeneous quadratic, MindFlayer with --tau-opt."""
     malenia = run_one("-m", "mpiopt", "async-sgd", "--problem", "heterogeneous-quadratic", "--dim", "10", "--workers",
                       "8", "--method", "malenia", "--power", "outages", "--power-opt", "period=20,fraction=0.5",
                       "--quiet", "--output", "m.json", cwd=tmp_path)

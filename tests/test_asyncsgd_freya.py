@@ -1,4 +1,4 @@
-"""Issue 22: Freya PAGE against its algorithm boxes, the finite sums it runs on, and the zero-chain oracle.
+"""Freya PAGE against its algorithm boxes, the finite sums it runs on, and the zero-chain oracle.
 
 The reference is the paper's Algorithms 1-3 transcribed below (PAGE's coin, ComputeGradient collecting all m
 functions from the workers as they finish, ComputeBatchDifference collecting S differences), driven by an
@@ -14,8 +14,8 @@ import pytest
 from mpi4py import MPI
 
 from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
-from mpiopt.asyncsgd import async_sgd, get_problem, methods
-from mpiopt.asyncsgd.freya import collection_time, freya_time
+from mpiopt.asyncsgd import async_sgd, get_problem, available_methods as methods
+from mpiopt.asyncsgd.methods.freya import collection_time, freya_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream

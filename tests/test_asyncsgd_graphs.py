@@ -15,8 +15,10 @@ import pytest
 from mpi4py import MPI
 
 from conftest import check_async_sgd_resumes_bit_for_bit, check_mpi_run_is_the_simulated_one
-from mpiopt.asyncsgd import async_sgd, get_graph, get_problem, methods
-from mpiopt.asyncsgd.graphs import Graph, amelie_time, equilibrium, fragile_lower_bound, fragile_time
+from mpiopt.asyncsgd import async_sgd, get_graph, get_problem, available_methods as methods
+from mpiopt.asyncsgd.graphs import Graph, equilibrium
+from mpiopt.asyncsgd.methods.amelie import amelie_time
+from mpiopt.asyncsgd.methods.fragile import fragile_lower_bound, fragile_time
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream

@@ -1,4 +1,4 @@
-"""Issue 22: Malenia SGD against its algorithm box, on heterogeneous data (worker i holds f_i).
+"""Malenia SGD against its algorithm box, on heterogeneous data (worker i holds f_i).
 
 The reference is the paper's step transcribed below and driven by an event loop of its own, with exact
 (rational) times: every worker computes gradients of its f_i at x_k one after another, the server collects
@@ -12,7 +12,7 @@ import pytest
 from mpi4py import MPI
 
 from mpiopt.asyncsgd import async_sgd, get_problem
-from mpiopt.asyncsgd.malenia import malenia_batch, malenia_time
+from mpiopt.asyncsgd.methods.malenia import malenia_batch, malenia_time
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
 

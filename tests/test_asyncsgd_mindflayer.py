@@ -1,4 +1,4 @@
-"""Issue 22: MindFlayer SGD against its round transcribed, its plan against brute force, and its point: heavy tails.
+"""MindFlayer SGD against its round transcribed, its plan against brute force, and its point: heavy tails.
 
 The reference loop draws the attempts' compute times from the simulator's stream of random times in start
 order (every worker in turn, its B_i attempts one after another), gives up each attempt over its budget, sums
@@ -11,7 +11,7 @@ import pytest
 from mpi4py import MPI
 
 from mpiopt.asyncsgd import async_sgd, get_problem, get_tau_model
-from mpiopt.asyncsgd.mindflayer import attempt_cost
+from mpiopt.asyncsgd.methods.mindflayer import attempt_cost
 from mpiopt.core.random import random_stream
 
 SELF = MPI.COMM_SELF
@@ -80,7 +80,7 @@ def test_the_budgets_of_all_workers_at_once_are_each_workers_own_search(tau, opt
     """budgets() works on every worker at once; each worker's own search, written here: for every quantile q,
     t = the q-quantile, p = P(tau <= t), c = Simpson's rule for integral_0^t P(tau > s) ds on 4097 points,
     keep the first q of least c / p."""
-    from mpiopt.asyncsgd.mindflayer import QUANTILES, budgets
+    from mpiopt.asyncsgd.methods.mindflayer import QUANTILES, budgets
     model = get_tau_model(tau, **options)
     got = budgets(model, 7)
     weights = np.ones(4097)

@@ -1,4 +1,4 @@
-"""Issue 22: computation power that changes in time (the universal computation model, Tyurin ICLR 2025).
+"""computation power that changes in time (the universal computation model, Tyurin ICLR 2025).
 
 References: a piecewise integration written here (walking the pieces one at a time, period after period), the
 outage model's definition written out, and Rennala's and Malenia's step times under the model computed by an

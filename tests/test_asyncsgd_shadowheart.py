@@ -1,4 +1,4 @@
-"""Issue 22: Shadowheart SGD against its definition and algorithm box, on the simulator and MPI ranks.
+"""Shadowheart SGD against its definition and algorithm box, on the simulator and MPI ranks.
 
 References outside the code under test: the equilibrium equation solved here by bisection on its own form
 s = [sum_i 1/(2 tau omega + 4 tau h omega S / s + 2 h S)]^(-1), one worker's closed form, brute force over
@@ -14,7 +14,7 @@ from mpi4py import MPI
 
 from conftest import check_async_sgd_resumes_bit_for_bit
 from mpiopt.asyncsgd import async_sgd, get_problem
-from mpiopt.asyncsgd.shadowheart import equilibrium_root, equilibrium_time
+from mpiopt.asyncsgd.methods.shadowheart import equilibrium_root, equilibrium_time
 from mpiopt.core.comm import CollectiveError
 from mpiopt.core.random import random_stream
 

@@ -1,4 +1,4 @@
-"""Issue 22: Soviet PAGE, Freya PAGE's synchronous baseline, against its rounds transcribed here.
+"""Soviet PAGE, Freya PAGE's synchronous baseline, against its rounds transcribed here.
 
 The reference below is PAGE (Li et al. 2021) with each phase's work dealt out evenly, as the Freya PAGE
 paper's baseline waits for every worker: worker i computes the j of its own block of [m] (the first m mod n
@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiopt.asyncsgd import async_sgd, get_problem, methods
+from mpiopt.asyncsgd import async_sgd, get_problem, available_methods as methods
 from mpiopt.asyncsgd.settings import AsyncSGDSettings
-from mpiopt.asyncsgd.soviet_page import shares, soviet_time
+from mpiopt.asyncsgd.methods.soviet_page import shares, soviet_time
 from mpiopt.core.random import random_stream
 
 from test_asyncsgd_freya import ROWS, SEED, TAUS, page_parameters  # noqa: E402  (the Freya PAGE tests' problem and workers)

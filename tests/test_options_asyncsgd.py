@@ -1,4 +1,4 @@
-"""Declared options of the asynchronous methods, problems, compute-time models and Slurm workloads (issue 20).
+"""Declared options of the asynchronous methods, problems, compute-time models and Slurm workloads.
 
 Every built-in piece of these kinds declares its options (``registry.options(kind, name)``), ``async_sgd``
 routes ``method_options``, ``tau_options`` and ``problem_options`` (and the flattened keywords) through the

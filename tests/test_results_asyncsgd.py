@@ -1,4 +1,4 @@
-"""The core fields of an asynchronous SGD result (issue 20): the solution is ``x``, ``iterations`` the steps,
+"""The core fields of an asynchronous SGD result: the solution is ``x``, ``iterations`` the steps,
 the status one word of STATUSES with the rule that ended the run in ``info["stop"]``, the log to
 ``log_stream``, and ``plot`` (one run, or every method of ``--method all``) through the core's helper.
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from mpiopt.asyncsgd import AsyncSGDResult, AsyncSGDSettings, async_sgd, methods
+from mpiopt.asyncsgd import AsyncSGDResult, AsyncSGDSettings, async_sgd, available_methods as methods
 from mpiopt.asyncsgd.result import STATUS_OF_STOP, curve_panels
 from mpiopt.core.result import STATUSES
 

@@ -98,6 +98,56 @@ def test_strategy_values_info_and_repr_read_the_declaration_as_before():
     assert result.info["strategy_options"] == {"server_lr": 1.0, "server_momentum": 0.0, "mu": 0.1}
 
 
+REQUIRED = {("hook", "dp"): {"clip_norm": 1.0, "noise_multiplier": 1.1}, ("hook", "secure_aggregation"):
+            {"session_seed": 3}}
+
+
+def built_with_defaults(kind, name):
+    """The piece ``kind`` ``name`` built by name with no options but the required ones."""
+    from mpiopt.federated.attacks import get_attack
+    from mpiopt.federated.strategies import get_strategy
+    given = REQUIRED.get((kind, name), {})
+    return {"strategy": get_strategy, "attack": get_attack,
+            "hook": lambda name, **values: registry.lookup("hook", name)(**values)}[kind](name, **given), given
+
+
+def test_every_piece_built_without_options_uses_the_declared_defaults():
+    for kind in ("strategy", "attack", "hook"):
+        for name in builtin_pieces(kind):
+            declared = registry.options(kind, name)
+            piece, given = built_with_defaults(kind, name)
+            used = {option: getattr(piece, "method" if (kind, option) == ("hook", "accountant") else option)
+                    for option in declared}
+            expected = {**declared.defaults(), **given}
+            assert used == expected and list(used) == list(declared), (kind, name, used, expected)
+            assert all(type(used[option]) is type(expected[option]) for option in used), (kind, name, used)
+            if kind != "hook":
+                assert piece.option_values() == expected, (kind, name)
+    labels = np.repeat(np.arange(4), 25)
+    for name in builtin_pieces("partition"):
+        explicit = partition(name, labels, 10, 3, registry.options("partition", name).defaults())
+        assert all(np.array_equal(a, b) for a, b in zip(partition(name, labels, 10, 3), explicit)), name
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedprox", "fednova", "scaffold", "feddyn", "fedadagrad", "fedadam",
+                                  "fedyogi", "median", "trimmed_mean", "krum", "multikrum", "bulyan", "fedadmm"])
+def test_a_run_records_the_declared_defaults_of_its_strategy(name):
+    result = run_federated(get_model("linear", n_features=3), clients(), name, MPI.COMM_SELF, rounds=1,
+                           fraction=1.0, batch_size=None)
+    assert result.info["strategy_options"] == registry.options("strategy", name).defaults()
+
+
+def test_a_strategy_built_directly_refuses_what_the_declaration_refuses():
+    from mpiopt.federated.strategies import get_strategy
+    for name in builtin_pieces("strategy"):
+        for option in registry.options("strategy", name).values():
+            for value in (option.low - 1 if option.low is not None else None, "text"):
+                if value is None or option.problem(value) is None:
+                    continue
+                with pytest.raises(ValueError, match=f"^{name}: {option.name} must be"):
+                    get_strategy(name, **{option.name: value})
+
+
 # -- bad options: one line on every rank ------------------------------------------------------------------
 
 def raised_everywhere(comm, message, call):

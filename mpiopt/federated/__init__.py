@@ -12,6 +12,8 @@ Every strategy, partitioner, hook and attack declares its options
 
 ===================  ===============================================================
 ``strategy.py``      the Strategy base, the channel (Instructions, ClientRound, Layout)
+``aggregate.py``     the arithmetic: weighted means and sums, median, trimmed mean, Krum, Bulyan
+``declared.py``      a piece's options from its declaration (checked, defaults filled, kept)
 ``strategies.py``    FedAvg (FedAvgM), FedSGD, FedProx, FedNova
 ``scaffold.py``      SCAFFOLD;  ``feddyn.py``: FedDyn;  ``fedadmm.py``: federated ADMM
 ``fedopt.py``        FedAdagrad, FedAdam, FedYogi (the server optimizers)

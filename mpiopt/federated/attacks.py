@@ -29,7 +29,7 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.random import random_stream
 from ..core.registry import lookup, register
-from ..core.settings import is_number
+from .declared import DeclaredPiece
 from .strategy import round_half_up
 
 
@@ -41,20 +41,18 @@ def byzantine_clients(n_clients, share, seed):
     return np.sort(random_stream(seed, "byzantine").choice(n_clients, size=count, replace=False))
 
 
-class Attack:
+class Attack(DeclaredPiece):
     """Base of the attacks: ``forge(delta, honest, round, client, seed, reporting, byzantine)`` is the forged
     delta of one Byzantine client; ``honest`` the (n_honest, d) array of the round's honest deltas."""
 
     name = "attack"
     options = Options(Option("scale", float, 1.0, "s: the attack's size", low=0))
 
-    def __init__(self, scale=1.0):
-        if not (is_number(scale) and scale >= 0):
-            raise ValueError(f"{self.name}: scale must be a number >= 0, got {scale!r}")
-        self.scale = float(scale)
+    def __init__(self, *args, **options):
+        self.take_options(args, options)
 
     def __repr__(self):
-        return f"{type(self).__name__}({', '.join(f'{k}={getattr(self, k)!r}' for k in type(self).options)})"
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.option_values().items())})"
 
     def forge(self, delta, honest, round, client, seed, reporting, byzantine):
         raise NotImplementedError
@@ -88,11 +86,6 @@ class Constant(Attack):
 class LittleIsEnough(Attack):
     name = "alie"
     options = Options(Option("z", float, None, "the shift in standard deviations (None: the paper's z_max)"))
-
-    def __init__(self, z=None):
-        if z is not None and not is_number(z):
-            raise ValueError(f"alie: z must be a number or None, got {z!r}")
-        self.z = None if z is None else float(z)
 
     def shift(self, reporting, byzantine):
         """z: the option, or z_max = Phi^-1((n - s) / n) with s = floor(n / 2 + 1) - f."""

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..core.settings import is_number
+from .aggregate import weighted_sum
 from .strategy import Strategy
 
 
@@ -49,11 +49,9 @@ class FedADMM(Strategy):
     client_state = ("x", "u", "started")
     options = Options(Option("rho", float, 1.0, "the ADMM penalty", low=0, low_open=True))
 
-    def __init__(self, rho=1.0):
-        if not (is_number(rho) and rho > 0):
-            raise ValueError(f"fedadmm: rho must be a number > 0, got {rho!r}")
-        super().__init__()
-        self.rho, self.shares, self.start = float(rho), None, None
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.shares, self.start = None, None
 
     def setup(self, run):
         rows = np.asarray(run.client_rows, dtype=np.float64)
@@ -81,10 +79,11 @@ class FedADMM(Strategy):
         return update
 
     def aggregate_fit(self, updates):
-        direction = np.zeros_like(updates[0].delta)
-        for update in updates:
-            direction += self.shares[update.client] * update.delta
-        return direction
+        return weighted_sum([update.delta for update in updates], [self.shares[update.client] for update in updates])
+
+    def server_update(self, params, delta):
+        """z <- z + sum_k p_k delta_k: the consensus step itself (no server learning rate or momentum)."""
+        return params + delta
 
     def state_dict(self):
         return {"start": self.start.copy()}

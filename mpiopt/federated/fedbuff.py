@@ -29,7 +29,6 @@ strategy_options={...}, rounds=server_steps)`` under its older name
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..core.settings import is_integer, is_number
 from .strategy import Strategy
 
 STALENESS = ("polynomial", "constant")
@@ -66,12 +65,6 @@ class AsyncStrategy(Strategy):
         return staleness_weight(staleness, self.staleness, self.staleness_exponent)
 
 
-def _positive_int(name, label, value):
-    if not (is_integer(value) and value >= 1):
-        raise ValueError(f"{name}: {label} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
 @register("strategy", "fedbuff")
 class FedBuff(AsyncStrategy):
     name = "fedbuff"
@@ -81,17 +74,6 @@ class FedBuff(AsyncStrategy):
         Option("staleness", str, "polynomial", "s(tau): polynomial (1 + tau)^-a or constant 1", choices=STALENESS),
         Option("staleness_exponent", float, 0.5, "a", low=0),
         Option("concurrency", int, 1, "clients a worker trains from each model it pulls", low=1))
-
-    def __init__(self, buffer_size=10, server_lr=1.0, staleness="polynomial", staleness_exponent=0.5,
-                 concurrency=1):
-        if staleness not in STALENESS:
-            raise ValueError(f"fedbuff: staleness must be one of {', '.join(STALENESS)}, got {staleness!r}")
-        if not (is_number(staleness_exponent) and staleness_exponent >= 0):
-            raise ValueError(f"fedbuff: staleness_exponent must be a number >= 0, got {staleness_exponent!r}")
-        super().__init__(server_lr)
-        self.buffer_size = _positive_int(self.name, "buffer_size", buffer_size)
-        self.concurrency = _positive_int(self.name, "concurrency", concurrency)
-        self.staleness, self.staleness_exponent = staleness, float(staleness_exponent)
 
 
 @register("strategy", "fedasync")
@@ -108,21 +90,10 @@ class FedAsync(AsyncStrategy):
         Option("rho", float, 0.0, "the clients' proximal weight (rho / 2) ||w - w_tau||^2", low=0),
         Option("concurrency", int, 1, "clients a worker trains from each model it pulls", low=1))
 
-    def __init__(self, alpha=0.6, staleness="polynomial", staleness_exponent=0.5, hinge=4.0, rho=0.0,
-                 concurrency=1):
-        if staleness not in FEDASYNC_STALENESS:
-            raise ValueError(f"fedasync: staleness must be one of {', '.join(FEDASYNC_STALENESS)}, "
-                             f"got {staleness!r}")
-        for label, value in (("alpha", alpha), ("staleness_exponent", staleness_exponent), ("hinge", hinge),
-                             ("rho", rho)):
-            if not (is_number(value) and value >= 0):
-                raise ValueError(f"fedasync: {label} must be a number >= 0, got {value!r}")
-        if not 0 < alpha <= 1:
-            raise ValueError(f"fedasync: alpha must be in (0, 1], got {alpha!r}")
-        super().__init__(float(alpha))
-        self.alpha, self.staleness, self.staleness_exponent = float(alpha), staleness, float(staleness_exponent)
-        self.hinge, self.rho = float(hinge), float(rho)
-        self.concurrency = _positive_int(self.name, "concurrency", concurrency)
+    @property
+    def server_lr(self):
+        """The server's step on w_k - w is alpha s(tau): alpha is FedAsync's server_lr."""
+        return self.alpha
 
     def weight(self, staleness):
         return staleness_weight(staleness, self.staleness, self.staleness_exponent, self.hinge)
@@ -135,10 +106,12 @@ class FedAsync(AsyncStrategy):
         return grad + self.rho * (params - ctx.global_params) if self.rho else grad
 
 
-def run_fedbuff(model, clients, comm=None, *, buffer_size=10, server_steps=None, server_lr=1.0,
-                staleness="polynomial", staleness_exponent=0.5, concurrency=1, **settings):
+def run_fedbuff(model, clients, comm=None, *, server_steps=None, **settings):
     """FedBuff under its older name: ``run_federated(model, clients, "fedbuff", comm, rounds=server_steps,
     strategy_options={buffer_size, server_lr, staleness, staleness_exponent, concurrency}, **settings)``.
+
+    The keywords that FedBuff declares (``FedBuff.options``) are its ``strategy_options``, their defaults the
+    declaration's.
 
     ``server_steps`` and ``rounds`` both name the server's steps (10 when neither is given); giving both is
     refused, the same CollectiveError on every rank.  Any other keyword is a setting of ``run_federated``.
@@ -150,7 +123,6 @@ def run_fedbuff(model, clients, comm=None, *, buffer_size=10, server_steps=None,
     check_collectively(comm, None if rounds is None or server_steps is None else
                        f"run_fedbuff: give rounds or server_steps (both are the server's steps), not both: "
                        f"rounds={rounds!r}, server_steps={server_steps!r}")
-    options = {"buffer_size": buffer_size, "server_lr": server_lr, "staleness": staleness,
-               "staleness_exponent": staleness_exponent, "concurrency": concurrency}
+    options = {name: settings.pop(name) for name in FedBuff.options if name in settings}
     steps = next((value for value in (server_steps, rounds) if value is not None), 10)
     return run_federated(model, clients, "fedbuff", comm, strategy_options=options, rounds=steps, **settings)

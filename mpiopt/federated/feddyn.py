@@ -26,7 +26,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..core.settings import is_number
+from .aggregate import ordered_sum
 from .strategy import Strategy
 
 
@@ -38,11 +38,9 @@ class FedDyn(Strategy):
     options = Strategy.options + Options(
         Option("alpha", float, 0.01, "the dynamic regularizer's weight", low=0, low_open=True))
 
-    def __init__(self, alpha=0.01, server_lr=1.0, server_momentum=0.0):
-        if not (is_number(alpha) and alpha > 0):
-            raise ValueError(f"feddyn: alpha must be a number > 0, got {alpha!r}")
-        super().__init__(server_lr, server_momentum)
-        self.alpha, self.h, self.n_clients = float(alpha), None, None
+    def __init__(self, **options):
+        super().__init__(**options)
+        self.h, self.n_clients = None, None
 
     def setup(self, run):
         self.n_clients, self.h = run.n_clients, np.zeros(run.n_params)  # a resumed run loads h after this
@@ -56,9 +54,7 @@ class FedDyn(Strategy):
         return update
 
     def aggregate_fit(self, updates):
-        total = np.zeros_like(updates[0].delta)
-        for update in updates:
-            total += update.delta
+        total = ordered_sum([update.delta for update in updates])
         self.h = self.h - (self.alpha / self.n_clients) * total
         return total / len(updates) - self.h / self.alpha
 

@@ -38,38 +38,29 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..core.settings import is_number
 from .strategy import Strategy
 
 BIAS_CORRECTIONS = ("flower", "adam", "none")
 STEP_COUNTS = ("steps", "rounds")
 
 
+def server_optimizer_options(eta, beta_1, beta_2, tau):
+    """The four options of a server optimizer, declared with one subclass's defaults (Flower's)."""
+    return Options(
+        Option("eta", float, eta, "the server's learning rate", low=0, low_open=True),
+        Option("beta_1", float, beta_1, "the first moment's decay", low=0, high=1, high_open=True),
+        Option("beta_2", float, beta_2, "the second moment's decay (FedAdam, FedYogi)", low=0, high=1,
+               high_open=True),
+        Option("tau", float, tau, "the adaptivity: added to sqrt(v)", low=0, low_open=True))
+
+
 class FedOpt(Strategy):
-    """The shared rule; a subclass names its second moment (``second_moment``) and its defaults."""
+    """The shared rule; a subclass names its second moment (``second_moment``) and declares its defaults."""
 
     name = "fedopt"
-    defaults = {"eta": 1e-1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
 
-    @classmethod
-    def declare(cls, **defaults):
-        return Options(
-            Option("eta", float, defaults["eta"], "the server's learning rate", low=0, low_open=True),
-            Option("beta_1", float, defaults["beta_1"], "the first moment's decay", low=0, high=1, high_open=True),
-            Option("beta_2", float, defaults["beta_2"], "the second moment's decay (FedAdam, FedYogi)", low=0,
-                   high=1, high_open=True),
-            Option("tau", float, defaults["tau"], "the adaptivity: added to sqrt(v)", low=0, low_open=True))
-
-    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None):
-        super().__init__()
-        values = {name: (self.defaults[name] if value is None else value)
-                  for name, value in (("eta", eta), ("beta_1", beta_1), ("beta_2", beta_2), ("tau", tau))}
-        for name, value in values.items():
-            if not is_number(value):
-                raise ValueError(f"{self.name}: {name} must be a number, got {value!r}")
-        self.eta, self.beta_1, self.beta_2, self.tau = (float(values[k]) for k in ("eta", "beta_1", "beta_2", "tau"))
-        if not (self.eta > 0 and self.tau > 0 and 0 <= self.beta_1 < 1 and 0 <= self.beta_2 < 1):
-            raise ValueError(f"{self.name}: eta and tau must be > 0 and beta_1, beta_2 in [0, 1), got {values}")
+    def __init__(self, **options):
+        super().__init__(**options)
         self.m = self.v = None
         self.steps = 0
 
@@ -104,8 +95,7 @@ class FedOpt(Strategy):
 @register("strategy", "fedadagrad")
 class FedAdagrad(FedOpt):
     name = "fedadagrad"
-    defaults = {"eta": 1e-1, "beta_1": 0.0, "beta_2": 0.0, "tau": 1e-9}
-    options = FedOpt.declare(**defaults)
+    options = server_optimizer_options(eta=1e-1, beta_1=0.0, beta_2=0.0, tau=1e-9)
 
     def second_moment(self, v, delta):
         return v + delta * delta
@@ -114,21 +104,15 @@ class FedAdagrad(FedOpt):
 @register("strategy", "fedadam")
 class FedAdam(FedOpt):
     name = "fedadam"
-    defaults = {"eta": 1e-1, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-9}
-    options = FedOpt.declare(**defaults) + Options(
+    options = server_optimizer_options(eta=1e-1, beta_1=0.9, beta_2=0.99, tau=1e-9) + Options(
         Option("bias_correction", str, "flower", "eta's bias correction: flower (exponent t + 1, Flower's "
                "FedAdam), adam (exponent t) or none (the paper's Algorithm 2)", choices=BIAS_CORRECTIONS),
         Option("step_count", str, "steps", "what t of the bias correction counts: steps (the server steps taken; "
                "a round without reports takes none) or rounds (every round, Flower's server_round)",
                choices=STEP_COUNTS))
 
-    def __init__(self, eta=None, beta_1=None, beta_2=None, tau=None, bias_correction="flower", step_count="steps"):
-        problem = type(self).options.problem({"bias_correction": bias_correction, "step_count": step_count},
-                                             self.name)
-        if problem:
-            raise ValueError(problem)
-        super().__init__(eta, beta_1, beta_2, tau)
-        self.bias_correction, self.step_count = bias_correction, step_count
+    def __init__(self, **options):
+        super().__init__(**options)
         self.rounds = 0
 
     def begin_round(self, round):
@@ -148,8 +132,7 @@ class FedAdam(FedOpt):
 @register("strategy", "fedyogi")
 class FedYogi(FedOpt):
     name = "fedyogi"
-    defaults = {"eta": 1e-2, "beta_1": 0.9, "beta_2": 0.99, "tau": 1e-3}
-    options = FedOpt.declare(**defaults)
+    options = server_optimizer_options(eta=1e-2, beta_1=0.9, beta_2=0.99, tau=1e-3)
 
     def second_moment(self, v, delta):
         square = delta * delta

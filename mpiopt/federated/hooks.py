@@ -69,7 +69,8 @@ import numpy as np
 from ..core.options import Option, Options
 from ..core.random import random_stream
 from ..core.registry import register
-from .privacy import DPAccountant, add_gaussian_noise, clip_update, privacy_problem
+from .declared import DeclaredPiece
+from .privacy import DPAccountant, add_gaussian_noise, clip_update
 from .secure import FRACTION_BITS, mask_update, ring_sum, to_ring, unmask_sum
 
 class Hook:
@@ -145,7 +146,7 @@ def _uploads_problem(hook, settings, masks):
 
 
 @register("hook", "dp")
-class DPHook(Hook):
+class DPHook(DeclaredPiece, Hook):
     """Client-level DP-FedAvg: clip each update to ``clip_norm``, noise the sum with ``noise_multiplier``.
 
     ``delta`` is the accountant's delta, ``seed`` the noise's seed
@@ -158,6 +159,7 @@ class DPHook(Hook):
     last round (client -> norm).
     """
 
+    name = "dp"
     reports_epsilon = True
     options = Options(
         Option("clip_norm", float, help="S: each client's update is clipped to L2 norm S", low=0, low_open=True),
@@ -167,12 +169,11 @@ class DPHook(Hook):
         Option("accountant", str, "rdp", "the privacy accountant (pld: with fixed sampling only when m = K)",
                choices=("rdp", "pld")))
 
-    def __init__(self, clip_norm, noise_multiplier, delta=1e-5, seed=0, accountant="rdp"):
-        problem = privacy_problem(clip_norm, noise_multiplier, delta)
-        if problem:
-            raise ValueError(problem)
-        self.clip_norm, self.noise_multiplier, self.delta = float(clip_norm), float(noise_multiplier), float(delta)
-        self.seed, self.method = seed, accountant
+    def __init__(self, *args, **options):
+        values = self.take_options(args, options, complete=True, keep=False)
+        self.clip_norm, self.noise_multiplier, self.delta = values["clip_norm"], values["noise_multiplier"], \
+            values["delta"]
+        self.seed, self.method = values["seed"], values["accountant"]  # self.accountant: the DPAccountant
         self.accountant, self.denominator, self.rounds, self.clipped_norms = None, None, 0, {}
         self.sampled, self.transforms_empty_rounds = None, False
 
@@ -222,7 +223,7 @@ class DPHook(Hook):
 
 
 @register("hook", "secure_aggregation")
-class SecureAggregationHook(Hook):
+class SecureAggregationHook(DeclaredPiece, Hook):
     """Pairwise-masked aggregation of the weighted updates, with recovery of clients that drop after masking.
 
     ``session_seed`` derives the pair seeds (see :mod:`.secure`: a simulation,
@@ -233,6 +234,7 @@ class SecureAggregationHook(Hook):
     clients of the last round whose masks were recovered.
     """
 
+    name = "secure_aggregation"
     replaces_aggregation = True
     options = Options(
         Option("session_seed", int, help="derives the pair seeds (a simulation, not a key agreement)", low=0),
@@ -240,12 +242,8 @@ class SecureAggregationHook(Hook):
         Option("drop_after_masking", float, 0.0, "the probability that a masking client's upload never arrives",
                low=0, high=1, high_open=True))
 
-    def __init__(self, session_seed, fraction_bits=FRACTION_BITS, drop_after_masking=0.0):
-        if not (isinstance(drop_after_masking, (int, float)) and 0 <= drop_after_masking < 1):
-            raise ValueError(f"drop_after_masking must be in [0, 1), got {drop_after_masking!r}")
-        to_ring(0.0, fraction_bits)  # checks fraction_bits
-        self.session_seed, self.fraction_bits = session_seed, fraction_bits
-        self.drop_after_masking = float(drop_after_masking)
+    def __init__(self, *args, **options):
+        self.take_options(args, options, complete=True)
         self.participants, self.seen, self.dropped_after_masking = [], {}, []
 
     def __repr__(self):

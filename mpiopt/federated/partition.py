@@ -18,10 +18,12 @@ same at any rank count).  Registered as kind ``"partition"``:
 
 Each partitioner declares its options (``register(..., options=Options(...))``;
 ``registry.options("partition", name)``), and ``partition`` checks the values
-given against the declaration before it splits: an unknown option, or one
-outside its range, is one ``ValueError`` naming the partitioner and the
+given against the declaration and completes them with its defaults before it
+splits (the functions have no defaults of their own): an unknown option, or
+one outside its range, is one ``ValueError`` naming the partitioner and the
 options it takes.  A user's partitioner is a function
-``(labels, n_clients, seed, **options)`` registered the same way.
+``(labels, n_clients, seed, **options)`` registered the same way; it is called
+with every option it declares.
 
 ``split_clients(X, y, parts)`` turns the indices into the (X_k, y_k) pairs
 :func:`~mpiopt.federated.run_federated` takes.  Cost: O(n log n).
@@ -31,7 +33,7 @@ import numpy as np
 from ..core.partition import row_range
 from ..core.random import random_stream
 from ..core.options import Option, Options
-from ..core.registry import lookup, options_problem, register
+from ..core.registry import lookup, options, register
 
 RETRIES = 100
 
@@ -53,7 +55,7 @@ def _alpha(skew):
 
 
 @register("partition", "iid", options=Options())
-def iid(labels, n_clients, seed=0):
+def iid(labels, n_clients, seed):
     labels = _check(labels, n_clients)
     order = random_stream(seed, "partition", "iid").permutation(labels.size)
     return [np.sort(order[slice(*row_range(labels.size, k, n_clients))]) for k in range(n_clients)]
@@ -61,7 +63,7 @@ def iid(labels, n_clients, seed=0):
 
 @register("partition", "pathological", options=Options(
     Option("shards_per_client", int, 2, "label-sorted shards each client gets (most see this many labels)", low=1)))
-def pathological(labels, n_clients, seed=0, shards_per_client=2):
+def pathological(labels, n_clients, seed, shards_per_client):
     labels = _check(labels, n_clients)
     n_shards = n_clients * shards_per_client
     if labels.size < n_shards:
@@ -78,7 +80,7 @@ def pathological(labels, n_clients, seed=0, shards_per_client=2):
 @register("partition", "dirichlet", options=Options(
     _alpha("label"), Option("min_size", int, 1, "the fewest rows a client may get (drawn again until it has)",
                             low=1)))
-def dirichlet(labels, n_clients, seed=0, alpha=0.5, min_size=1):
+def dirichlet(labels, n_clients, seed, alpha, min_size):
     labels = _check(labels, n_clients)
     stream = random_stream(seed, "partition", "dirichlet")
     for _ in range(RETRIES):
@@ -97,7 +99,7 @@ def dirichlet(labels, n_clients, seed=0, alpha=0.5, min_size=1):
 
 
 @register("partition", "quantity", options=Options(_alpha("size")))
-def quantity(labels, n_clients, seed=0, alpha=0.5):
+def quantity(labels, n_clients, seed, alpha):
     labels = _check(labels, n_clients)
     stream = random_stream(seed, "partition", "quantity")
     shares = stream.dirichlet(np.full(n_clients, float(alpha)))
@@ -106,18 +108,16 @@ def quantity(labels, n_clients, seed=0, alpha=0.5):
     return [np.sort(part) for part in np.split(order, np.cumsum(sizes)[:-1])]
 
 
-def partition(name, labels, n_clients, seed=0, partition_options=None, **options):
+def partition(name, labels, n_clients, seed=0, partition_options=None, **given):
     """Row indices of each of ``n_clients`` clients under the registered partitioner ``name``.
 
     Its options come as ``partition_options`` (a dict) or as keywords (``alpha=0.5``), checked against the
-    partitioner's declaration first (ValueError with the one-line problem; RegistryError for an unknown name).
+    partitioner's declaration first and completed with its defaults (ValueError with the one-line problem;
+    RegistryError for an unknown name).
     """
-    options = {**(partition_options or {}), **options}
-    lookup("partition", name)
-    problem = options_problem("partition", name, options)
-    if problem:
-        raise ValueError(problem)
-    return lookup("partition", name)(labels, n_clients, seed, **options)
+    split = lookup("partition", name)
+    values = options("partition", name).resolve({**(partition_options or {}), **given}, f"partition {name!r}")
+    return split(labels, n_clients, seed, **values)
 
 
 def split_clients(X, y, parts):

@@ -39,6 +39,10 @@ n < to_keep < 2 n, its slice wrapping around, which is not a rule); Bulyan
 raises a ValueError, as Flower's does, which the runner turns into the same
 CollectiveError on every rank.
 
+The arithmetic of each rule is :mod:`.aggregate`'s (``median``,
+``trimmed_mean``, ``krum``, ``multi_krum``, ``bulyan``); this module holds
+the rules' conditions and what they do when a round is short.
+
 Cost per round, n updates of d: median and trimmed mean O(n d) (a partition
 per coordinate); Krum O(n^2 d) for the distances; Bulyan O(n^3 d) (theta
 Krum selections).  None of them ``averages``: differential privacy and
@@ -48,7 +52,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..core.settings import is_integer, is_number
+from .aggregate import bulyan, krum, median, multi_krum, trimmed_mean
 from .strategy import Strategy
 
 
@@ -103,46 +107,12 @@ def smallest_cut_count(beta):
     return n
 
 
-def weighted_mean(deltas, weights):
-    """Flower's ``aggregate``: sum_k n_k delta_k / sum_k n_k, summed in order."""
-    total = np.zeros_like(deltas[0])
-    for delta, weight in zip(deltas, weights):
-        total = total + delta * weight
-    return total / np.sum(weights)
-
-
-def squared_distances(deltas):
-    """The n x n matrix of ||delta_i - delta_j||^2 (Flower's ``_compute_distances``)."""
-    n = len(deltas)
-    distances = np.zeros((n, n))
-    for i in range(n):
-        for j in range(n):
-            distances[i, j] = np.linalg.norm(deltas[i] - deltas[j]) ** 2
-    return distances
-
-
-def krum_scores(deltas, num_malicious):
-    """Each update's Krum score: the sum of its squared distances to its n - f - 2 nearest others (>= 1)."""
-    distances = squared_distances(deltas)
-    closest = max(1, len(deltas) - num_malicious - 2)
-    return [np.sum(distances[i, np.argsort(distances[i])[1:closest + 1]]) for i in range(len(deltas))]
-
-
-def trimmed_mean(values, beta):
-    """The mean along axis 0 without the floor(beta n) smallest and largest of each column (scipy's trim_mean)."""
-    n = values.shape[0]
-    low = int(beta * n)
-    high = n - low
-    kept = np.partition(values, (low, high - 1), axis=0)[low:high]
-    return np.mean(kept, axis=0)
-
-
 @register("strategy", "median")
 class Median(RobustStrategy):
     name = "median"
 
     def rule(self, deltas, weights):
-        return np.median(deltas, axis=0)
+        return median(deltas)
 
 
 @register("strategy", "trimmed_mean")
@@ -151,12 +121,6 @@ class TrimmedMean(RobustStrategy):
     options = Strategy.options + Options(
         Option("beta", float, 0.2, "the share cut from each end of every coordinate", low=0, high=0.5,
                high_open=True))
-
-    def __init__(self, beta=0.2, server_lr=1.0, server_momentum=0.0):
-        if not (is_number(beta) and 0 <= beta < 0.5):
-            raise ValueError(f"trimmed_mean: beta must be in [0, 0.5), got {beta!r}")
-        super().__init__(server_lr, server_momentum)
-        self.beta = float(beta)
 
     def fewest_reports(self):
         return smallest_cut_count(self.beta), f"floor(beta n) >= 1 with beta = {self.beta:g}"
@@ -181,20 +145,10 @@ def _krum_fallback(name, reports, num_malicious):
             "as Flower's Krum")
 
 
-def _check_count(name, label, value):
-    if not (is_integer(value) and value >= 0):
-        raise ValueError(f"{name}: {label} must be an integer >= 0, got {value!r}")
-    return int(value)
-
-
 @register("strategy", "krum")
 class Krum(RobustStrategy):
     name = "krum"
     options = Strategy.options + Options(_malicious_option())
-
-    def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
-        super().__init__(server_lr, server_momentum)
-        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
 
     def fewest_reports(self):
         return _krum_condition(self.num_malicious)
@@ -203,7 +157,7 @@ class Krum(RobustStrategy):
         return _krum_fallback(self.name, reports, self.num_malicious)
 
     def rule(self, deltas, weights):
-        return deltas[int(np.argmin(krum_scores(deltas, self.num_malicious)))].copy()
+        return krum(deltas, self.num_malicious)
 
 
 @register("strategy", "multikrum")
@@ -212,13 +166,6 @@ class MultiKrum(RobustStrategy):
     options = Strategy.options + Options(
         _malicious_option(),
         Option("to_keep", int, 1, "m: the updates of least score averaged (weighted by n_k)", low=1))
-
-    def __init__(self, num_malicious=0, to_keep=1, server_lr=1.0, server_momentum=0.0):
-        super().__init__(server_lr, server_momentum)
-        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
-        self.to_keep = _check_count(self.name, "to_keep", to_keep)
-        if self.to_keep < 1:
-            raise ValueError(f"multikrum: to_keep must be >= 1, got {to_keep!r}")
 
     def fewest_reports(self):
         need, why = _krum_condition(self.num_malicious)
@@ -231,19 +178,13 @@ class MultiKrum(RobustStrategy):
         return "; ".join(part for part in (scored, kept) if part)
 
     def rule(self, deltas, weights):
-        scores = krum_scores(deltas, self.num_malicious)
-        best = np.argsort(scores)[::-1][len(scores) - min(self.to_keep, len(scores)):]
-        return weighted_mean(deltas[best], weights[best])
+        return multi_krum(deltas, weights, self.num_malicious, self.to_keep)
 
 
 @register("strategy", "bulyan")
 class Bulyan(RobustStrategy):
     name = "bulyan"
     options = Strategy.options + Options(_malicious_option())
-
-    def __init__(self, num_malicious=0, server_lr=1.0, server_momentum=0.0):
-        super().__init__(server_lr, server_momentum)
-        self.num_malicious = _check_count(self.name, "num_malicious", num_malicious)
 
     def fewest_reports(self):
         return 4 * self.num_malicious + 3, f"n >= 4 f + 3 with f = {self.num_malicious}"
@@ -252,16 +193,4 @@ class Bulyan(RobustStrategy):
         return None  # the rule refuses the round instead (its ValueError), as Flower's Bulyan does
 
     def rule(self, deltas, weights):
-        f, n = self.num_malicious, len(deltas)
-        if n < 4 * f + 3:
-            raise ValueError(f"bulyan needs n >= 4 f + 3 reporting clients: {n} reported, f = {f}")
-        remaining, selected = list(deltas), []
-        theta = n - 2 * f
-        for _ in range(theta):
-            best = int(np.argmin(krum_scores(np.array(remaining), f)))
-            selected.append(remaining.pop(best))
-        selected = np.array(selected)
-        median = np.median(selected, axis=0)
-        beta = theta - 2 * f
-        order = np.argpartition(np.abs(median - selected), kth=beta - 1, axis=0)
-        return np.mean(np.take_along_axis(selected, order, axis=0)[:beta], axis=0)
+        return bulyan(deltas, self.num_malicious)

@@ -27,6 +27,7 @@ per-client state in the clear, so DP and secure aggregation refuse it.
 import numpy as np
 
 from ..core.registry import register
+from .aggregate import ordered_sum
 from .strategy import Instructions, Strategy
 
 
@@ -37,8 +38,8 @@ class Scaffold(Strategy):
     averages = False  # uniform means over S, not n_k-weighted
     client_state = ("control",)
 
-    def __init__(self, server_lr=1.0, server_momentum=0.0):
-        super().__init__(server_lr, server_momentum)
+    def __init__(self, **options):
+        super().__init__(**options)
         self.control, self.n_clients = None, None
 
     def setup(self, run):
@@ -64,10 +65,8 @@ class Scaffold(Strategy):
 
     def aggregate_fit(self, updates):
         """(1/|S|) sum_i Delta y_i; c moves by (1/N) sum_i Delta c_i (client order)."""
-        direction, control = np.zeros_like(updates[0].delta), np.zeros_like(self.control)
-        for update in updates:
-            direction += update.delta
-            control += update.arrays["control_delta"]
+        direction = ordered_sum([update.delta for update in updates])
+        control = ordered_sum([update.arrays["control_delta"] for update in updates])
         self.control = self.control + control / self.n_clients
         return direction / len(updates)
 

@@ -12,9 +12,9 @@ import dataclasses
 
 from ..collectives import REDUCERS, Reducer
 from ..core.settings import Settings, checkpoint_and_log_checks, is_integer, is_number
+from .uplink import FEEDBACKS as UPLINK_FEEDBACKS
 
 CLIENT_SAMPLINGS = ("fixed", "poisson")
-UPLINK_FEEDBACKS = ("auto", "none", "ef", "ef21")
 
 
 def _names(kind):

@@ -36,11 +36,9 @@ are kept (unequal tau_k is what FedNova is for).
 
 Cost of an aggregation: O(m n_params) for m reporting clients.
 """
-import numpy as np
-
 from ..core.options import Option, Options
 from ..core.registry import lookup, register
-from ..core.settings import is_number
+from .aggregate import weighted_mean
 from .strategy import Strategy
 
 
@@ -68,12 +66,6 @@ class FedProx(Strategy):
         Option("mu", float, 0.01, "the proximal weight: a client minimizes F_k(w) + (mu / 2) times the squared "
                "distance to w_t", low=0))
 
-    def __init__(self, mu=0.01, server_lr=1.0, server_momentum=0.0):
-        if not (is_number(mu) and mu >= 0):
-            raise ValueError(f"fedprox: mu must be a number >= 0, got {mu!r}")
-        super().__init__(server_lr, server_momentum)
-        self.mu = float(mu)
-
     def local_gradient(self, grad, params, ctx):
         return grad + self.mu * (params - ctx.global_params) if self.mu else grad
 
@@ -86,17 +78,15 @@ class FedNova(Strategy):
 
     def aggregate_fit(self, updates):
         """tau_eff sum_k p_k delta_k / ||a_k||_1 with tau_eff = sum_k p_k ||a_k||_1, in client order."""
-        total = sum(update.weight for update in updates)
+        weights = [update.weight for update in updates]
         norms = [update.steps if update.normalizer is None else update.normalizer for update in updates]
-        effective_steps = sum((update.weight / total) * norm for update, norm in zip(updates, norms))
-        direction = np.zeros_like(updates[0].delta)
-        for update, norm in zip(updates, norms):
-            direction += (update.weight / total / norm) * update.delta
-        return effective_steps * direction
+        effective_steps = weighted_mean(norms, weights)
+        return effective_steps * weighted_mean([update.delta for update in updates], weights, divisors=norms)
 
 
 def get_strategy(name, **options):
     """The strategy registered as ``name``, built with ``options`` (its declared ``options``: ``mu`` for
-    fedprox; ``server_lr``, ``server_momentum`` for all).  The constructor checks them; ``run_federated``
-    checks them against the declaration first, on every rank."""
+    fedprox; ``server_lr``, ``server_momentum`` for all).  The constructor checks them against the
+    declaration (TypeError for an undeclared one, ValueError for a refused value); ``run_federated`` checks
+    them first, on every rank."""
     return lookup("strategy", name)(**options)

@@ -68,11 +68,14 @@ reporting clients.
 
 A strategy declares the options it takes as its ``options`` class attribute
 (:class:`~mpiopt.core.options.Options`; a subclass extends its base's with
-``Strategy.options + Options(...)``) and keeps each one as an attribute of the
-same name; ``option_values()`` reads them back in declaration order (the
-result's ``info["strategy_options"]``, the repr, the checkpoint's fingerprint).
+``Strategy.options + Options(...)``), once: the constructor takes them by
+keyword and :meth:`~.declared.DeclaredPiece.take_options` checks them, fills
+the defaults and keeps each one as an attribute of the same name;
+``option_values()`` reads them back in declaration order (the result's
+``info["strategy_options"]``, the repr, the checkpoint's fingerprint).
 ``run_federated(..., strategy=name, strategy_options={...})`` checks the values
-against the declaration on every rank before building the strategy.
+against the declaration on every rank before building the strategy.  The
+weighted means, medians and trims are :mod:`.aggregate`'s.
 """
 import dataclasses
 
@@ -80,7 +83,8 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.random import random_stream
-from ..core.settings import is_number
+from .aggregate import weighted_mean
+from .declared import DeclaredPiece
 from .settings import CLIENT_SAMPLINGS
 
 
@@ -184,7 +188,7 @@ class Layout:
         return updates
 
 
-class Strategy:
+class Strategy(DeclaredPiece):
     """Base of every strategy: FedAvg's rules; subclasses change what differs (see the module docstring)."""
 
     name = "strategy"
@@ -200,22 +204,14 @@ class Strategy:
         Option("server_momentum", float, 0.0, "beta, the server's momentum on the aggregated update (FedAvgM)",
                low=0, high=1, high_open=True))
 
-    def __init__(self, server_lr=1.0, server_momentum=0.0):
-        if not (is_number(server_lr) and server_lr > 0):
-            raise ValueError(f"{self.name}: server_lr must be a number > 0, got {server_lr!r}")
-        if not (is_number(server_momentum) and 0 <= server_momentum < 1):
-            raise ValueError(f"{self.name}: server_momentum must be a number in [0, 1), got {server_momentum!r}")
-        self.server_lr, self.server_momentum = float(server_lr), float(server_momentum)
+    def __init__(self, **options):
+        """The declared ``options`` by keyword (the defaults for the rest), kept as attributes."""
+        self.take_options(values=options)
         self.velocity = None
 
     def setup(self, run):
         """Learn the run (a :class:`RunInfo`); a one-line problem with it, or None."""
         return None
-
-    def option_values(self):
-        """The declared options' values, in declaration order (in the checkpoint's fingerprint and the result's
-        info)."""
-        return {name: getattr(self, name, None) for name in type(self).options}
 
     def __repr__(self):
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in self.option_values().items())})"
@@ -273,11 +269,7 @@ class Strategy:
     # -- aggregate_fit --------------------------------------------------------------------
     def aggregate_fit(self, updates):
         """Delta = sum_k p_k delta_k, summed in client order."""
-        total = sum(update.weight for update in updates)
-        delta = np.zeros_like(updates[0].delta)
-        for update in updates:
-            delta += (update.weight / total) * update.delta
-        return delta
+        return weighted_mean([update.delta for update in updates], [update.weight for update in updates])
 
     def shortfall(self, reports):
         """None, or one line: ``reports`` updates are fewer than the rule asks for, and what it does with them."""

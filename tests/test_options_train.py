@@ -120,9 +120,12 @@ def test_the_registrys_check_and_the_compressed_reducers_check_read_the_same_dec
     assert registry.options_problem("compressor", "topk", {"ratio": 2}) == \
         "compressor 'topk': ratio must be in (0, 1], got 2"
     assert compressor_options_problem("qsgd", {"norm": "l3"}, "ring") == "qsgd: norm must be one of l2, max, got 'l3'"
-    assert compressor_options_problem("topk", {"ratio": 0.1, "segment_bytes": -1}, "ring-seg") == \
+    assert compressor_options_problem("topk", {"ratio": 0.1}, "ring-seg", {"segment_bytes": -1}) == \
         "reducer 'ring-seg': segment_bytes must be an int >= 0, got -1"
     assert compressor_options_problem("topk", {"k": 3, "ratio": 0}, "ring") is None  # k given: ratio unused
+    # each dict is its own piece's: a reducer's option among the compressor's is refused, naming the compressor
+    assert compressor_options_problem("topk", {"ratio": 0.1, "segment_bytes": 16}, "ring-seg") == \
+        "compressor 'topk' takes ratio, k; got segment_bytes"
     assert get_compressor("topk", k=3, ratio=0).k == 3
 
 
@@ -155,6 +158,12 @@ def test_a_model_and_an_optimizer_by_name_train_as_the_objects_do(comm):
      "compressor_options: powersgd: warm_start must be a bool, got 1"),
     (dict(compressor="test-grid", compressor_options={"quantum": -1.0}),
      "compressor_options: test-grid: quantum must be a float > 0 or None, got -1.0"),
+    (dict(reducer_options={"small": "rd"}), "reducer_options: reducer 'ring' takes segment_bytes; got small"),
+    (dict(reducer_options={"segment_bytes": -1}),
+     "reducer_options: reducer 'ring': segment_bytes must be an int >= 0, got -1"),
+    (dict(compressor="topk", reducer_options={"segment_bytes": -1}),
+     "reducer_options: reducer 'ring': segment_bytes must be an int >= 0, got -1"),
+    (dict(compression_mode="two-pass"), "compression_mode 'two-pass' needs a compressor"),
 ])
 def test_a_bad_option_is_one_line_on_every_rank(comm, grid, arguments, message):
     X, y = digits_like()
@@ -182,7 +191,11 @@ def test_a_users_compressor_with_its_own_option_works_by_name_in_the_compressed_
     x = random_stream(comm.rank, "test-options-train-reducer").standard_normal(1001)
     expected = sum(on_grid(random_stream(r, "test-options-train-reducer").standard_normal(1001), QUANTUM * 4)
                    for r in range(comm.size))
-    with get_reducer("ring", comm, compressor=grid, quantum=QUANTUM * 4, mode=mode) as reducer:
+    with get_reducer("ring", comm, compressor=grid, compressor_options={"quantum": QUANTUM * 4},
+                     mode=mode) as reducer:
+        assert reducer.compressor.quantum == QUANTUM * 4 and reducer.mode == mode
+        assert np.array_equal(reducer.allreduce(x, name="x"), expected)
+    with get_reducer("ring", comm, compressor=grid, quantum=QUANTUM * 4, mode=mode) as reducer:  # keywords
         assert reducer.compressor.quantum == QUANTUM * 4 and reducer.mode == mode
         assert np.array_equal(reducer.allreduce(x, name="x"), expected)
 
@@ -220,7 +233,7 @@ def test_a_users_compressor_by_name_in_training_matches_the_rounding_by_hand(com
 
 
 @pytest.mark.parametrize("kind, page", [("compressor", "compression.md"), ("reducer", "collectives.md"),
-                                        ("model", "train.md"), ("optimizer", "train.md")])
+                                        ("model", "training.md"), ("optimizer", "training.md")])
 def test_the_docs_tables_are_the_declarations(kind, page):
     """Each declared option has its row in the docs page, as the declaration words it."""
     text = (Path(__file__).resolve().parents[1] / "docs" / page).read_text()

@@ -4,7 +4,7 @@ PyTorch DDP's design (gradient buckets reduced while the backward pass goes
 on, averaging over the global batch) and DeepSpeed ZeRO's stages 1-3
 (optimizer state, gradients and parameters sharded over the ranks), on the
 models and optimizers of :mod:`mpiopt.models` and :mod:`mpiopt.optim` and any
-reducer of :mod:`mpiopt.collectives`.  See docs/train.md.
+reducer of :mod:`mpiopt.collectives`.  See docs/training.md.
 
 =================  ==================================================================
 ``trainer.py``     the loop: batches, the per-step all-reduce, log, checkpoints, result

@@ -672,6 +672,64 @@ def test_a_method_that_leaves_every_worker_idle_is_reported():
     assert ALL == "all"
 
 
+
+def test_no_runtime_names_a_method():
+    """The set-up, the loop, the runtimes, the settings and the command line read what a method declares
+    (predicted_time, routed, reference, uses_jobs, unavailable), never its name: the only registered name
+    among their string constants is the settings' default method."""
+    import ast
+    import inspect
+    from mpiopt.asyncsgd import api, checkpoint, engine, mpi, routes, runner, settings, simulator
+    from mpiopt.asyncsgd.settings import AsyncSGDSettings
+    from mpiopt.cli import asyncsgd as cli
+    registered = set(methods())
+    for module in (api, checkpoint, engine, mpi, routes, runner, settings, simulator, cli):
+        constants = {node.value for node in ast.walk(ast.parse(inspect.getsource(module)))
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        named = constants & registered - ({AsyncSGDSettings.method} if module is settings else set())
+        assert not named, f"{module.__name__} names {sorted(named)}"
+
+
+def test_a_registered_method_adds_its_predicted_time_to_every_run():
+    """Every run's predicted times are the theory's table, then what each registered method adds
+    (Method.predicted_time, whichever method runs), then the running method's own."""
+    from mpiopt.core.registry import register, unregister
+    from mpiopt.asyncsgd import Method
+
+    class Clocked(Method):
+        name = "clocked"
+
+        @classmethod
+        def predicted_time(cls, problem, timing, epsilon):
+            return {"clocked": float(timing.n_workers), "rennala": -1.0}
+
+        def predicted(self, problem, timing, epsilon):
+            return {"clocked_own": 1.0}
+
+        def arrive(self, worker, grad, k_at):
+            self.accepted[worker] += 1
+            self._step(grad, self.step_size)
+            return [worker]
+
+    baseline = run(method="rennala", n_workers=3, tau="sqrt", max_steps=2).predicted
+    register("asyncsgd-method", "clocked", Clocked)
+    try:
+        other = run(method="rennala", n_workers=3, tau="sqrt", max_steps=2).predicted
+        own = run(method="clocked", n_workers=3, tau="sqrt", max_steps=2).predicted
+    finally:
+        unregister("asyncsgd-method", "clocked")
+    assert other == {**baseline, "clocked": 3.0, "rennala": -1.0} and "clocked_own" not in other
+    assert own == {**other, "clocked_own": 1.0} and list(own)[-1] == "clocked_own"
+    assert "fragile" not in baseline and "amelie" not in baseline  # theirs need a graph
+
+
+def test_the_methods_declare_what_the_runtimes_read():
+    """The graph methods' vectors travel on the pivot's tree (routed), and the comparison divides by Rennala's
+    times (reference): declared by the methods, read by mpi.py / routes.py and the command line."""
+    from mpiopt.core.registry import lookup
+    assert {name for name in methods() if lookup("asyncsgd-method", name).routed} == {"fragile", "amelie"}
+    assert [name for name in methods() if lookup("asyncsgd-method", name).reference] == ["rennala"]
+
 # -- the problems ------------------------------------------------------------------------------------------
 def directional_check(problem, x, rng, directions=4, h=1e-5):
     g = problem.grad(x)

@@ -27,7 +27,10 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .admm.solver import Problem
 from .core.comm import resolve_comm
-from .core.registry import lookup, names
+from .core.registry import names, options
+
+L1_RATIO = options("penalty", "elastic_net")["l1_ratio"].default  # the declarations' defaults, as sklearn shows them
+X_SOLVER = options("loss", "logistic")["x_solver"].default
 
 
 class _ADMMEstimator(BaseEstimator):
@@ -95,7 +98,7 @@ class LassoADMM(RegressorMixin, _ADMMEstimator):
 
 
 class ElasticNetADMM(LassoADMM):
-    def __init__(self, alpha=1.0, *, l1_ratio=0.5, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
+    def __init__(self, alpha=1.0, *, l1_ratio=L1_RATIO, fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
                  reducer="auto", verbose=False, comm=None, gap_tol=None, working_set=None):
         super().__init__(alpha, fit_intercept=fit_intercept, max_iter=max_iter, tol=tol, rho=rho,
                          reducer=reducer, verbose=verbose, comm=comm, gap_tol=gap_tol, working_set=working_set)
@@ -109,7 +112,7 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     """Binary, or one-vs-rest for more classes (as liblinear); coef_ is (1 or n_classes, n_features)."""
 
     def __init__(self, C=1.0, *, penalty="l1", fit_intercept=True, max_iter=10000, tol=1e-8, rho=None,
-                 x_solver="lbfgs", reducer="auto", verbose=False, comm=None, gap_tol=None, working_set=None):
+                 x_solver=X_SOLVER, reducer="auto", verbose=False, comm=None, gap_tol=None, working_set=None):
         self.C, self.penalty, self.fit_intercept, self.max_iter, self.tol = C, penalty, fit_intercept, max_iter, tol
         self.rho, self.x_solver, self.reducer, self.verbose, self.comm = rho, x_solver, reducer, verbose, comm
         self.gap_tol, self.working_set = gap_tol, working_set
@@ -117,7 +120,7 @@ class LogisticRegressionADMM(ClassifierMixin, _ADMMEstimator):
     def fit(self, X, y):
         X, y = validate_data(self, X, y, accept_sparse=("csr", "csc"), dtype=(np.float64, np.float32))
         check_classification_targets(y)
-        weight_only = [name for name in names("penalty") if tuple(lookup("penalty", name).options) == ("lam",)]
+        weight_only = [name for name in names("penalty") if tuple(options("penalty", name)) == ("lam",)]
         if self.penalty not in weight_only:
             raise ValueError(f"penalty must be one of {', '.join(map(repr, weight_only))} (a registered penalty "
                              f"with a weight only), got {self.penalty!r}")

@@ -1,4 +1,4 @@
-"""Certificates as a capability of the pieces (issue 23): the Huber loss and the group lasso get duality gaps,
+"""Certificates as a capability of the pieces: the Huber loss and the group lasso get duality gaps,
 gap-safe screening and working sets through their own dual methods, with no case of theirs in gap.py.
 
 References written here, not taken from mpiopt: the Fenchel dual of each pair from its definition (the
@@ -249,20 +249,23 @@ def test_a_restricted_group_lasso_keeps_whole_groups():
 
 
 def test_a_users_penalty_that_bounds_its_dual_gets_the_certificate_and_a_subclass_must_say_so_again():
-    class ScaledL1(L1):  # a user's penalty: lam * scale * ||z||_1, with its own dual
+    class ScaledL1(L1):  # a user's penalty: lam * scale * ||z||_1, the lasso's function: it says so again
+        capabilities = L1.capabilities
+
         def __init__(self, lam, scale):
             super().__init__(lam * scale)
 
-        def dual_scale(self, v):
-            return L1.dual_scale(self, v)
-
-    class CappedL1(L1):  # a prox of its own and no dual: no certificate
+    class CappedL1(L1):  # a prox of its own and no declaration: no certificate
         def prox(self, v, step):
             return np.clip(L1.prox(self, v, step), -1.0, 1.0)
+
+    class Undeclared(L1):  # the lasso's function, but undeclared: nothing beyond prox and value
+        pass
 
     A, b = data("huber")
     problem = Problem(A, b, "huber", MPI.COMM_SELF, loss_options={"delta": DELTA})
     assert certificate_of(problem.shard, CappedL1(1.0)) is None
+    assert certificate_of(problem.shard, Undeclared(1.0)) is None
     z = np.random.default_rng(3).standard_normal(12)
     mine, _ = dual_point(problem.shard, ScaledL1(2.0, 1.5), z, MPI.COMM_SELF)
     builtin, _ = dual_point(problem.shard, L1(3.0), z, MPI.COMM_SELF)

@@ -178,7 +178,7 @@ def test_working_set_prediction_is_cheaper_than_the_full_setup():
     assert per_outer["solve"] == pytest.approx(ws["solve"])
 
 
-# -- proximal Newton's working sets (L1-logistic, issue 23) -----------------------------------------------------
+# -- proximal Newton's working sets (L1-logistic) --------------------------------------------------------------
 ONLY = dict(gamma_flop=0.0, gamma_chol=0.0, gamma_mem=0.0, gamma_trsv=0.0, gamma_vec=0.0, delta=0.0)
 
 

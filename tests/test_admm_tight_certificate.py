@@ -1,4 +1,4 @@
-"""The L1-logistic certificate of the working sets tracks the suboptimality (issue 23, item 2).
+"""The L1-logistic certificate of the working sets tracks the suboptimality.
 
 At points x of known relative suboptimality s = (P(x) - P*) / P* (1e-6 and
 1e-9) on five designs (independent, correlated 0.5 and 0.9, wide, sparse

@@ -1,4 +1,4 @@
-"""The ADMM pieces declare their options once (issue 20): penalties, losses and x-solvers.
+"""The ADMM pieces declare their options once: penalties, losses and x-solvers.
 
 Every built-in piece has its declaration in the registry; the front ends route today's keywords and the
 ``penalty_options`` / ``loss_options`` dicts through it; a bad value is one line on every rank; a user's

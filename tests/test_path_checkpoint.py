@@ -1,4 +1,4 @@
-"""Issue 20, item 5: a regularization path checkpoints and resumes: interrupted by SIGTERM at any weight and
+"""A regularization path checkpoints and resumes: interrupted by SIGTERM at any weight and
 resumed, it gives the path of a run without interruption, on every rank, at several rank counts."""
 import os
 import signal

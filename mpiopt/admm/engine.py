@@ -39,7 +39,7 @@ and the time limit, agreed by every rank).
 One code path, two backends: the vectors live in the array module ``xp`` of
 the data (numpy, or CuPy with everything kept on the GPU across iterations).
 The vector steps are the kernels of mpiopt.kernels.admm, whose numpy twins are
-the formulas above: ``relax``, and for an L1 penalty (``penalty.threshold``)
+the formulas above: ``relax``, and for a penalty declaring ``SOFT_THRESHOLD`` (L1: ``threshold``)
 the z- and u-steps fused into one pass (``z_u_update``); other penalties run
 their prox and the u-step separately.  On the GPU the two all-reduces go
 through host memory (the reducers work on numpy buffers), and only scalars
@@ -69,6 +69,7 @@ from ..core.signals import SignalFlags
 from .anderson import AndersonAccelerator
 from ..kernels import admm as kernels
 from .gap import certificate_of, duality_gap
+from .penalties import SOFT_THRESHOLD, capabilities_of
 from .checkpoint import admm_checkpointer, join_state, split_state, validator
 from .result import ADMMResult
 
@@ -258,8 +259,7 @@ class ConsensusADMM:
         (kernels.z_u_update, the same values as the two steps)."""
         count = self.active_ranks
         step = 1.0 / (count * rho)
-        threshold = getattr(self.penalty, "threshold", None)  # a duck-typed penalty may not have it
-        fused = threshold(step) if threshold is not None else None
+        fused = self.penalty.threshold(step) if SOFT_THRESHOLD in capabilities_of(self.penalty) else None
         if fused is None:
             z = self.z_step(sums, rho)
             return z, self.u_step(u, x_relaxed, z)

@@ -29,9 +29,10 @@ manner of glmnet, celer and skglm (Massias et al. 2018, Ndiaye et al. 2017):
 
 These are capabilities of the pieces, not of this module: a loss provides its
 dual point and value (``dual_sums``, ``dual_value``, ``dual_concavity``:
-losses/base.py) and a penalty its scaling, conjugate and screening levels
-(``dual_scale``, ``conjugate``, ``dual_levels``: penalties.py), so any pair
-that provides them gets gaps, gap-safe screening and working sets.
+losses/base.py) and a penalty that declares ``DUAL`` its scaling and conjugate
+(``dual_scale``, ``conjugate``), with ``SCREENING`` its screening levels
+(``dual_levels``: penalties.py), so any pair that provides them gets gaps, and
+with the levels gap-safe screening and working sets.
 
 Cost of one evaluation: A w and A^T theta on each shard (one pass over its
 rows, dense or sparse; a tall squared shard uses its Gram matrix instead,
@@ -47,7 +48,7 @@ import numpy as np
 
 from ..core import backend
 from .losses.base import host_allreduce
-from .penalties import Unpenalized
+from .penalties import SCREENING, Unpenalized, capabilities_of
 
 
 @dataclasses.dataclass
@@ -68,6 +69,11 @@ class Certificate:
     capabilities) and whether the last coordinate is an unpenalized intercept (then sum_j theta_j = 0)."""
     penalty: object
     intercept: bool
+
+    @property
+    def screens(self):
+        """Whether the penalty declares its dual levels (``SCREENING``): gap-safe screening and working sets."""
+        return SCREENING in capabilities_of(self.penalty)
 
 
 def certificate_of(loss, penalty):
@@ -90,7 +96,7 @@ def dual_point(loss, penalty, z, comm, theta_wanted=True, margin=None, dual_marg
 
     ``dual_margin``: the margins A_aug z' of another point z', whose residual makes the dual point (P is
     still taken at z): the working sets' proximal Newton passes z' = z + its next direction, about as far
-    from the optimum as the square of z's distance, so that the gap tracks P(z) - P* (issue 23) where the
+    from the optimum as the square of z's distance, so that the gap tracks P(z) - P* where the
     dual point of z's own residual gives a gap of the order of its square root.
 
     With ``theta_wanted=False`` a tall squared shard (which keeps its Gram matrix G = A^T A) works from G

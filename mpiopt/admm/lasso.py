@@ -9,7 +9,7 @@
 with the rows of A and b split over the ranks of ``comm``; each rank passes its
 own rows.  See :func:`mpiopt.admm.solver.solve` for every option (``penalty_options``
 and ``loss_options`` included).  ``l1_ratio`` and ``delta`` left at None take
-their declared defaults (0.5 and 1.0).
+the defaults their pieces declare.
 """
 from .solver import solve
 

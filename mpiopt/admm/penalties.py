@@ -19,31 +19,42 @@ what the solver needs to know of it, as skglm's penalties do:
   the penalty has no such weight);
 * ``leaving_free(count)``: the penalty on all but the last ``count``
   coordinates (``Unpenalized``), which is how an intercept is kept out of it;
-* ``threshold(step)``: ``(kappa, free)`` when ``prox(v, step)`` is plain
-  soft-thresholding at kappa of all but the last ``free`` coordinates (L1),
-  else None; the engine then fuses the z- and u-steps into one kernel
+* ``capabilities``: what it provides beyond ``prox`` and ``value`` (below).
+
+What a penalty provides beyond its prox is declared, not guessed: its class
+lists it in ``capabilities`` (a frozenset of the names below, as skglm's
+penalties and datafits declare theirs), and the solver, the gap, screening,
+working sets, proximal Newton and the engine read the declaration.  The
+declaration is the class's own: a subclass that does not declare
+``capabilities`` has none (it may change the function; it says again what it
+provides, ``capabilities = L1.capabilities``), so an undeclared capability is
+never used.  With v = A^T theta over its columns (a host array):
+
+* ``DUAL``: duality gaps (mpiopt.admm.gap) with any loss that has a dual
+  (``dual_concavity``, losses/base.py).  It provides ``dual_scale(v)``, the s
+  in (0, 1] that puts s v in the domain of its conjugate g* (L1: min(1, lam /
+  ||v||_inf); the group lasso: min(1, lam / max_g ||v_g|| / w_g); the elastic
+  net: 1, its g* is finite everywhere), and ``conjugate(v)``, g*(v) there (0,
+  the default, for a norm, whose g* is an indicator);
+* ``SCREENING``: with ``DUAL``, gap-safe screening and working sets
+  (workingset.py).  It provides ``dual_levels(v, norms)``: per column (level,
+  bound, spread) such that a coefficient (or its group) is zero at the optimum
+  when the dual optimum's level is below the bound: |v_k|, lam, ||a_k|| for L1;
+  ||v_g||, lam w_g, ||A_g||_F for a group.  The sphere test keeps a column when
+  level + r spread >= bound, and working sets rank columns by (bound - level) /
+  spread (celer's rule); a penalty with groups also gives ``whole(columns)`` and
+  ``on_columns(columns)``, the columns completed to whole groups and the
+  penalty restricted to them (a working set's problem);
+* ``PROX_NEWTON``: ``coordinate_parts()``, (l1, l2) such that the penalty is
+  sum_k l1 |z_k| + l2 z_k^2 / 2: proximal Newton's coordinate descent on
+  working sets (proxnewton.py);
+* ``SOFT_THRESHOLD``: ``threshold(step)``, ``(kappa, free)`` such that
+  ``prox(v, step)`` is soft-thresholding at kappa of all but the last ``free``
+  coordinates: the engine fuses the z- and u-steps into one kernel
   (:func:`mpiopt.kernels.admm.z_u_update`).
 
-A penalty that can bound its dual gets duality gaps, gap-safe screening and
-working sets (mpiopt.admm.gap, workingset.py) with any loss that has a dual
-(``dual_concavity``, losses/base.py).  With v = A^T theta over its columns (a
-host array), it provides:
-
-* ``dual_scale(v)``: the s in (0, 1] that puts s v in the domain of its
-  conjugate g* (L1: min(1, lam / ||v||_inf); the group lasso: min(1, lam /
-  max_g ||v_g|| / w_g); the elastic net: 1, its g* is finite everywhere);
-* ``conjugate(v)``: g*(v) there (0 for a norm, whose g* is an indicator);
-* ``dual_levels(v, norms)``: per column (level, bound, spread) such that a
-  coefficient (or its group) is zero at the optimum when the dual optimum's
-  level is below the bound: |v_k|, lam, ||a_k|| for L1; ||v_g||, lam w_g,
-  ||A_g||_F for a group.  The sphere test keeps a column when level + r spread
-  >= bound, and working sets rank columns by (bound - level) / spread (celer's
-  rule);
-* ``whole(columns)`` and ``on_columns(columns)``: the columns completed to
-  whole groups, and the penalty restricted to them (a working set's problem).
-
-Only a class that defines ``dual_scale`` itself is certified (a subclass with a
-prox of its own must say so again).
+``certifiable()`` may refuse a declared ``DUAL`` for one instance (a group
+lasso with unpenalized columns).
 
 A user registers a penalty of their own the same way, declaring its options
 (``LAM``, :mod:`mpiopt.admm.pieces`' weight, shared by the weighted penalties),
@@ -63,7 +74,7 @@ import numpy as np
 
 from ..core.backend import to_host
 from ..core.options import NO_OPTIONS, Option, Options
-from ..core.registry import register
+from ..core.registry import lookup, names, register
 from .pieces import LAM
 from .prox import soft_threshold
 
@@ -86,12 +97,40 @@ def _largest(v):
     return float(np.abs(v).max()) if v.shape[0] else 0.0
 
 
+DUAL = "dual"                      # dual_scale, conjugate: duality gaps
+SCREENING = "screening"            # dual_levels (whole, on_columns): gap-safe screening and working sets
+PROX_NEWTON = "prox_newton"        # coordinate_parts: proximal Newton on working sets
+SOFT_THRESHOLD = "soft_threshold"  # threshold: the engine's fused z- and u-step
+CAPABILITIES = frozenset({DUAL, SCREENING, PROX_NEWTON, SOFT_THRESHOLD})
+
+
+def capabilities_of(penalty):
+    """The capabilities ``penalty`` declares (none for a duck-typed penalty that declares nothing)."""
+    return getattr(penalty, "capabilities", frozenset())
+
+
+def penalties_declaring(capability):
+    """The registered penalties' names that declare ``capability`` (for messages and help texts)."""
+    return [name for name in names("penalty") if capability in capabilities_of(lookup("penalty", name))]
+
+
 class Penalty:
     """Base class, and the penalty "none" (g = 0).  ``xp`` is the array module (numpy or CuPy)."""
 
     name = "none"
     xp = np
     options = NO_OPTIONS
+    capabilities = frozenset()  # what it provides beyond prox and value (module docstring); the class's own
+
+    def __init_subclass__(cls, **keywords):
+        """A subclass that does not declare its capabilities has none: it may be another function."""
+        super().__init_subclass__(**keywords)
+        if "capabilities" not in cls.__dict__:
+            cls.capabilities = frozenset()
+        elif isinstance(cls.__dict__["capabilities"], frozenset) and not cls.capabilities <= CAPABILITIES:
+            raise TypeError(f"{cls.__name__} declares unknown capabilities "
+                            f"{', '.join(sorted(cls.capabilities - CAPABILITIES))}; "
+                            f"they are {', '.join(sorted(CAPABILITIES))}")
 
     @classmethod
     def weighted(cls):
@@ -126,19 +165,19 @@ class Penalty:
 
     def threshold(self, step):
         """``(kappa, free)`` when ``prox(., step)`` is soft-thresholding at kappa of all but the last ``free``
-        coordinates (then the engine may fuse the z- and u-steps), else None."""
+        coordinates (declared by ``SOFT_THRESHOLD``; the engine then fuses the z- and u-steps), else None."""
         return None
 
     def value(self, z):
         return 0.0
 
     def certifiable(self):
-        """Whether this penalty bounds its dual (module docstring): its class defines ``dual_scale``."""
-        return "dual_scale" in type(self).__dict__
+        """Whether this penalty bounds its dual (module docstring): its class declares ``DUAL``."""
+        return DUAL in self.capabilities
 
     def dual_scale(self, v):
-        """The s in (0, 1] that puts s v in the domain of the conjugate (None: no certificate)."""
-        return None
+        """The s in (0, 1] that puts s v in the domain of the conjugate (``DUAL``)."""
+        raise NotImplementedError(f"the {self.name} penalty has no dual")
 
     def conjugate(self, v):
         """g*(v) at a v in the conjugate's domain."""
@@ -149,8 +188,8 @@ class Penalty:
         raise NotImplementedError(f"the {self.name} penalty has no dual levels")
 
     def coordinate_parts(self):
-        """(l1, l2) when the penalty is sum_k l1 |z_k| + l2 z_k^2 / 2 (separable: proximal Newton's coordinate
-        descent, proxnewton.py), else None."""
+        """(l1, l2) when the penalty is sum_k l1 |z_k| + l2 z_k^2 / 2 (``PROX_NEWTON``: proximal Newton's
+        coordinate descent, proxnewton.py), else None."""
         return None
 
     def whole(self, columns):
@@ -186,6 +225,7 @@ class L1(Penalty):
 
     name = "l1"
     options = Options(LAM)
+    capabilities = frozenset({DUAL, SCREENING, PROX_NEWTON, SOFT_THRESHOLD})
 
     @classmethod
     def lambda_max(cls, gradient, options):
@@ -198,9 +238,7 @@ class L1(Penalty):
         return soft_threshold(v, self.lam * step, self.xp)
 
     def threshold(self, step):
-        if type(self).prox is not L1.prox:  # a subclass with a prox of its own
-            return None
-        return self.lam * step, 0
+        return (self.lam * step, 0) if SOFT_THRESHOLD in self.capabilities else None
 
     def value(self, z):
         return self.lam * float(self.xp.abs(z).sum())
@@ -212,7 +250,7 @@ class L1(Penalty):
         return np.abs(v), self.lam, norms
 
     def coordinate_parts(self):
-        return (self.lam, 0.0) if type(self).prox is L1.prox else None  # a subclass's own prox: not this
+        return (self.lam, 0.0) if PROX_NEWTON in self.capabilities else None
 
     def settings(self):
         return {"lam": self.lam}
@@ -245,6 +283,7 @@ class ElasticNet(Penalty):
     name = "elastic_net"
     options = Options(LAM, Option("l1_ratio", float, 0.5, "the share of the L1 part (1: the lasso)", low=0,
                                   low_open=True, high=1, message="{name} must be in (0, 1], got {value!r}"))
+    capabilities = frozenset({DUAL, SCREENING, PROX_NEWTON})
 
     @classmethod
     def lambda_max(cls, gradient, options):
@@ -278,8 +317,9 @@ class ElasticNet(Penalty):
         return np.abs(v), self.lam * self.l1_ratio, norms
 
     def coordinate_parts(self):
-        return (self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)) if type(self).prox is ElasticNet.prox \
-            else None
+        if PROX_NEWTON not in self.capabilities:
+            return None
+        return self.lam * self.l1_ratio, self.lam * (1.0 - self.l1_ratio)
 
     def settings(self):
         return {"lam": self.lam, "l1_ratio": self.l1_ratio}
@@ -295,6 +335,7 @@ class GroupLasso(Penalty):
 
     name = "group_lasso"
     options = Options(LAM, Option("groups", object, None, "an integer group label per column (-1: not penalized)"))
+    capabilities = frozenset({DUAL, SCREENING})
 
     @classmethod
     def check(cls, options, n_features):
@@ -332,7 +373,7 @@ class GroupLasso(Penalty):
 
     def certifiable(self):
         """Only with every column in a group: an unpenalized column would need a_k^T theta = 0 exactly."""
-        return bool((self.groups >= 0).all())
+        return super().certifiable() and bool((self.groups >= 0).all())
 
     def _group_levels(self, v):
         """||v_g|| / w_g per group (host)."""
@@ -383,7 +424,7 @@ class Box(Penalty):
     def check(cls, options, n_features):
         bounds = []
         for name in ("lower", "upper"):
-            bound = options.get(name, cls.options[name].default)
+            bound = options[name]
             try:
                 values = np.asarray(to_host(bound), dtype=float)
             except (TypeError, ValueError):
@@ -398,7 +439,7 @@ class Box(Penalty):
             return f"lower must be <= upper, but lower > upper at {int(above.sum())} of the {n_features} columns"
         return None
 
-    def __init__(self, lower=-np.inf, upper=np.inf):
+    def __init__(self, lower, upper):
         self.lower, self.upper = lower, upper
 
     def bounds(self):
@@ -447,6 +488,12 @@ class Unpenalized(Penalty):
         self.name = penalty.name
 
     @property
+    def capabilities(self):
+        """The penalty's: they hold on all but the free coordinates, where the gap and proximal Newton unwrap
+        it (gap.certificate_of, proxnewton.penalty_parts) and ``threshold`` leaves them free."""
+        return capabilities_of(self.penalty)
+
+    @property
     def xp(self):
         return self.penalty.xp
 
@@ -457,7 +504,7 @@ class Unpenalized(Penalty):
 
     def threshold(self, step):
         inner = self.penalty.threshold(step)
-        if inner is None or inner[1] or self.count <= 0 or type(self).prox is not Unpenalized.prox:
+        if inner is None or inner[1] or self.count <= 0 or SOFT_THRESHOLD not in self.capabilities:
             return None
         return inner[0], self.count
 

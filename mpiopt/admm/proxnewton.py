@@ -4,7 +4,7 @@ Proximal Newton (Lee, Sun and Saunders 2014) with coordinate-descent subproblems
 (Bertrand et al. 2022) and glmnet's IRLS-CD (Friedman, Hastie and Tibshirani 2010), with the rows split
 over the ranks.  On the restricted problem  P(x) = sum_j phi(a_j^T x) + g(x),  x the working set's
 coefficients (and the intercept, unpenalized), g = sum_k l1 |x_k| + l2 x_k^2 / 2 (the L1 and elastic-net
-penalties: ``coordinate_parts``):
+penalties: ``coordinate_parts``, declared by ``PROX_NEWTON``):
 
     margin = A x on each rank
     repeat:
@@ -37,6 +37,7 @@ from mpi4py import MPI
 from ..core.signals import pending
 from ..kernels.cd import sweep
 from .gap import certificate_of, dual_point
+from .penalties import PROX_NEWTON, capabilities_of
 
 ARMIJO = 1e-4
 LOCAL = 1e-12                     # a predicted decrease below this x |P|: the full step, unless P rises by more
@@ -50,16 +51,15 @@ ROUNDING = 1e-13                  # and never below this x l1 (the subproblem's 
 
 def supports(loss, penalty):
     """Whether proximal Newton applies: a loss with ``newton_inner`` (``newton_terms``, ``margin_value``,
-    ``dual_value_bound``: the logistic and squared losses) and a penalty that is separable in the
-    coordinates (``coordinate_parts``)."""
+    ``dual_value_bound``: the logistic and squared losses) and a penalty that declares ``PROX_NEWTON``
+    (separable in the coordinates: ``coordinate_parts``)."""
     return getattr(loss, "newton_inner", False) and penalty_parts(penalty) is not None
 
 
 def penalty_parts(penalty):
     """(l1, l2) of the penalty on the working set's coefficients, or None."""
     inner = getattr(penalty, "penalty", penalty)  # Unpenalized wraps the penalty of all but the intercept
-    parts = getattr(inner, "coordinate_parts", None)
-    return parts() if parts is not None else None
+    return inner.coordinate_parts() if PROX_NEWTON in capabilities_of(inner) else None
 
 
 def distances(y, r, l1, l2, free):
@@ -176,7 +176,7 @@ class ProxNewton:
         the square of x's distance (H at x, or at the iterate before x: the chord steps still converge
         superlinearly), so the dual point of its margins (gap.py's ``dual_margin``) gives a duality gap at x
         that tracks x's suboptimality where the dual point of x's own margins gives one of the order of its
-        square root (issue 23; 1.0-1.5x measured at 1e-4 .. 1e-11 on the five designs).  Rank 0's coordinate
+        square root.  Rank 0's coordinate
         descents go further than a step's (to violation^2 / l1, at least ROUNDING x l1)."""
         shard, active = self.shard, self.shard.active
         for step in range(REFINE_STEPS):

@@ -43,7 +43,7 @@ class ADMMSettings(Settings):
                                 # numpy / scipy data where the loss says so (not Huber), off on the GPU
     working_set_size: int = 10  # the first working set's size (p0 of celer and skglm)
     inner_solver: str = "auto"  # the working sets' restricted solves: "prox_newton" (proxnewton.py: a loss with
-                                # a Hessian, logistic or squared, and the L1 or elastic-net penalty, numpy data),
+                                # a Hessian, logistic or squared, and a penalty declaring PROX_NEWTON, numpy data),
                                 # "admm", or "auto": prox_newton where it applies (the squared loss: on sparse
                                 # data only), else admm
     checkpoint: str = None      # npz path for checkpoints (None: none)

@@ -93,12 +93,12 @@ def _finite_columns(A, xp, found):
     return finite or backend.all_finite(_values(A))
 
 
-def penalty_problem(penalty, lam, options, lam_ratio, n_features, merging=None):
+def penalty_problem(penalty, options, lam_ratio, n_features, merging=None):
     """The first problem with the penalty and its options, or None: the weight (``lam`` or ``lam_ratio``),
     then the other options against the penalty's declaration, then the penalty's own checks.
 
-    ``options`` are the options given besides the positional ``lam`` (keywords and ``penalty_options``
-    merged); ``merging`` a problem found while merging them (an option given twice)."""
+    ``options`` are the options given (:func:`penalty_options_of`: the weight among them); ``merging`` a
+    problem found while merging them (an option given twice)."""
     if isinstance(penalty, penalty_classes.Penalty):
         return "penalty_options go with a penalty name, not a Penalty object" if options else None
     if unknown("penalty", penalty):
@@ -113,7 +113,7 @@ def penalty_problem(penalty, lam, options, lam_ratio, n_features, merging=None):
     if message:
         return message
     if kind.weighted():
-        lam = every["lam"] = options.get("lam", lam)
+        lam = options.get("lam")
         if (lam is None) == (lam_ratio is None):
             return "give exactly one of lam and lam_ratio"
         if lam_ratio is not None and not kind.has_lambda_max():
@@ -136,11 +136,14 @@ def _agreeable(value):
 
 def penalty_options_of(penalty, lam, keywords, given):
     """(the penalty's options given, the other keywords (settings), a problem or None) of a solve's
-    positional ``lam``, keywords and ``penalty_options`` dict ``given``."""
+    positional ``lam``, keywords and ``penalty_options`` dict ``given``.  From here on the weight is the
+    option ``lam``, wherever it came from (a penalty that does not declare it takes no weight)."""
     routed, _, settings = split_keywords(keywords, SETTINGS, penalty=penalty)
     options, problem = merge("penalty", routed, given)
-    if "lam" in options and lam is not None:
+    if lam is not None and "lam" in options:
         problem = problem or "lam given twice: as the argument and in penalty_options; give each option once"
+    elif lam is not None and "lam" in declared_of("penalty", penalty):
+        options["lam"] = lam
     return options, settings, problem
 
 
@@ -284,10 +287,10 @@ class Problem:
         given, settings, merging = penalty_options_of(penalty, lam, keywords, penalty_options)
         settings.setdefault("blas_threads", self.blas_threads)
         settings_object = ADMMSettings.collective(
-            comm, penalty_problem(penalty, lam, given, lam_ratio, self.n_features, merging),
+            comm, penalty_problem(penalty, given, lam_ratio, self.n_features, merging),
             {"penalty": penalty if isinstance(penalty, str) else type(penalty).__name__,
              "lam": given.get("lam", lam), "lam_ratio": lam_ratio}, **settings)
-        options = {**declared_of("penalty", penalty).defaults(), "lam": lam, **given}
+        options = {**declared_of("penalty", penalty).defaults(), **given}
         threads = plan_blas_threads(settings_object.blas_threads, comm)
         warm = None if warm_start is None else Point.of(warm_start, self.xp, self.shard.n)
         with blas_threads_for(threads), backend.device_of(self._data[0]):  # the GPU holding the data, if any
@@ -298,7 +301,7 @@ class Problem:
         made by ``dataclasses.replace`` from one already checked on every rank) from the Point ``warm`` (or
         None), under the BLAS threads ``threads`` already in force: the restricted solves of screening and
         working sets, without :meth:`solve`'s argument checks (collectives) and set-up."""
-        return self._solve(settings, threads, time.perf_counter(), penalty, {"lam": None}, None, warm)
+        return self._solve(settings, threads, time.perf_counter(), penalty, {}, None, warm)
 
     def _solve(self, settings, threads, start, penalty, options, lam_ratio, warm, log_stream=None):
         """The solve of :meth:`solve` from its checked arguments; ``warm``: the warm start's Point or None."""
@@ -316,11 +319,12 @@ class Problem:
         if self.uses_working_set(settings, engine_penalty):
             return working_set_solve(self, settings, threads, start, penalty_object, engine_penalty, options, largest,
                                      warm, log_stream)
-        if settings.screening and not settings.checkpoint and certificate_of(shard, engine_penalty) is not None:
+        certificate = certificate_of(shard, engine_penalty)
+        if settings.screening and not settings.checkpoint and certificate is not None and certificate.screens:
             return self._screened_solve(settings, threads, start, penalty_object, engine_penalty, options, largest,
                                         warm)
         log = admm_log(settings.verbose and comm.rank == 0, stream=log_stream,
-                       gap=certificate_of(shard, engine_penalty) is not None)
+                       gap=certificate is not None)
         with ConsensusADMM(shard, engine_penalty, settings, comm, xp, log=log) as engine:  # closed on any error
             return self._run(engine, settings, threads, start, penalty_object, engine_penalty, options, largest,
                              lam_ratio, warm, log)
@@ -336,7 +340,7 @@ class Problem:
             if settings.checkpoint else False
         setup_time = time.perf_counter() - start + (self.setup_time if warm is None else 0.0)
 
-        kinds, lam_value = self.kinds, options["lam"]
+        kinds, lam_value = self.kinds, options.get("lam")
         info = {
             "problem": f"{self.loss} + {engine_penalty.describe()}", "loss": self.loss, "penalty": penalty_object.name,
             "rows": self.total_rows, "n": shard.n, "features": self.n_features, "intercept": self.intercept,
@@ -359,10 +363,12 @@ class Problem:
         return result
 
     def uses_working_set(self, settings, engine_penalty):
-        """Whether this solve runs the working-set solver: it needs a duality gap (gap.certificate_of: a loss
-        and a penalty with a dual); by default (``working_set=None``) only on numpy / scipy data, as it is not
-        measured on the GPU yet, and only for a loss whose class says so (``working_sets_by_default``)."""
-        if certificate_of(self.shard, engine_penalty) is None or settings.working_set is False:
+        """Whether this solve runs the working-set solver: it needs a duality gap and the penalty's dual levels
+        (gap.certificate_of: a loss with a dual, a penalty declaring ``DUAL`` and ``SCREENING``); by default
+        (``working_set=None``) only on numpy / scipy data, as it is not measured on the GPU yet, and only for
+        a loss whose class says so (``working_sets_by_default``)."""
+        certificate = certificate_of(self.shard, engine_penalty)
+        if certificate is None or not certificate.screens or settings.working_set is False:
             return False
         return settings.working_set or (backend.is_numpy(self.xp) and self.shard.working_sets_by_default)
 
@@ -406,7 +412,7 @@ class Problem:
         tick = time.perf_counter()
         gap, _ = dual_point(shard, engine_penalty, point.x, comm, theta_wanted=False)  # certificate: full problem
         screen_time += rebuild_time + time.perf_counter() - tick
-        features, lam_value = shard.design.features, options["lam"]
+        features, lam_value = shard.design.features, options.get("lam")
         result.x, result.u, result.gap, result.relative_gap = point.x, point.u, gap.gap, gap.relative
         result.iterations = iterations
         result.objective = self._full_objective(engine_penalty, point.x)

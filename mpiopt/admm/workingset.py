@@ -64,6 +64,7 @@ from .engine import STATUS_OF_STOP as ENGINE_STATUS_OF_STOP
 from .gap import certificate_of, column_norms, dual_point, has_dual_sums, sphere_test
 from .losses.base import host_allreduce
 from .losses.squared import SquaredLossShard
+from .penalties import PROX_NEWTON, penalties_declaring
 from .point import Point
 from .printing import working_set_banner_lines, working_set_footer_lines, working_set_log
 from .proxnewton import ProxNewton, supports as newton_supports
@@ -71,15 +72,14 @@ from .result import ADMMResult
 
 INNER_FRACTION = 0.3     # the restricted problem is solved to this fraction of the full problem's gap
 NEWTON_FRACTION = 0.1    # proximal Newton's restricted solves go this far: the refined dual point's gap tracks the
-                         # suboptimality, so 1e-3 (needed with x's own dual point) only overshoots (wide 10000
-                         # columns, 1 rank: 0.062 s at 0.1 against 0.080 at 1e-3)
+                         # suboptimality, so 1e-3 (needed with x's own dual point) only overshoots
 INNER_GAP_EVERY = 5      # the inner solves check their (cheap, restricted) gap this often
 MAX_OUTER = 100
 INNER_MIN_CAP = 100      # an inner solve runs at most max(this, the iterations so far) before a new certificate
 FORMAT = "mpiopt-admm-working-set-checkpoint-1"
-NEWTON_COLUMNS = 500     # restricted logistic problems up to this many columns take Newton x-steps (measured
-                         # faster than L-BFGS there: 0.26 vs 0.42 s on a wide, 1.0 vs 3.1 s on a sparse design;
-                         # Huber's keep L-BFGS: 0.20 vs 0.87 s at 20000 x 500, 16 vs 129 s at 300 x 12)
+NEWTON_COLUMNS = 500     # restricted logistic problems up to this many columns take Newton x-steps (faster
+                         # than L-BFGS there, where forming the Hessian is cheap); Huber's keep L-BFGS, whose
+                         # Hessian changes at every kink
 
 
 class ColumnCache:
@@ -256,7 +256,7 @@ def working_set_solve(problem, settings, threads, start, penalty_object, engine_
     ADMMResult of the full problem, the same on every rank (collective).  ``log_stream``: where rank 0's log
     goes (None: standard output)."""
     return WorkingSetSolver(problem, settings, threads, start, penalty_object, engine_penalty, largest, warm,
-                            log_stream).run(options["lam"])
+                            log_stream).run(options.get("lam"))
 
 
 class WorkingSetSolver:
@@ -300,15 +300,15 @@ class WorkingSetSolver:
 
     def inner_solver_of(self, settings):
         """"prox_newton" or "admm" for the restricted solves (the setting ``inner_solver``).  "auto": proximal
-        Newton where it applies (a loss with ``newton_inner``, a penalty with ``coordinate_parts``, numpy data),
+        Newton where it applies (a loss with ``newton_inner``, a penalty declaring ``PROX_NEWTON``, numpy data),
         except for a loss with a constant Hessian (the squared loss) on dense data, where ADMM's x-step works
-        from the working set's Gram matrix alone and measured faster (docs/admm.md: 100000 x 1000 at 2 ranks,
-        0.097 s against 0.129; on sparse CSR data proximal Newton, 0.029 s against 0.041).  Asking for it
-        where it does not apply is an error on every rank."""
+        from the working set's Gram matrix alone and measured faster (docs/admm.md; on sparse data proximal
+        Newton is faster).  Asking for it where it does not apply is an error on every rank."""
         fits = backend.is_numpy(self.xp) and newton_supports(self.shard, self.engine_penalty)
         check_collectively(self.comm, None if fits or settings.inner_solver != "prox_newton" else
                            f"inner_solver='prox_newton' needs a loss with a Hessian (logistic, squared) and the "
-                           f"l1 or elastic_net penalty on numpy data; got {self.problem.loss} + "
+                           f"{' or '.join(penalties_declaring(PROX_NEWTON))} penalty on numpy data; got "
+                           f"{self.problem.loss} + "
                            f"{self.engine_penalty.describe()} on {self.xp.__name__}")
         if not fits or settings.inner_solver == "admm":
             return "admm"

@@ -9,7 +9,7 @@ from .common import (add_checkpoint_options, add_options_flag, add_settings_flag
 
 def add_parsers(commands):
     """The ``lasso`` and ``solve`` subcommands."""
-    from ..core.registry import names
+    from ..core.registry import lookup, names
     lasso = commands.add_parser(
         "lasso", help="consensus-ADMM lasso: minimize ||Ax - b||^2/2 + lam ||x||_1, rows split over ranks",
         description="Consensus-ADMM lasso with the rows of A and b split over the MPI ranks.")
@@ -41,26 +41,36 @@ def add_parsers(commands):
                               "none (default %(default)s)")
     weight = general.add_mutually_exclusive_group()
     weight.add_argument("--lam", type=float, help="penalty weight lam")
-    weight.add_argument("--lam-ratio", type=float, help="lam as a fraction of lambda_max (l1, elastic_net)")
+    having = [name for name in names("penalty") if lookup("penalty", name).has_lambda_max()]
+    weight.add_argument("--lam-ratio", type=float, help=f"lam as a fraction of lambda_max ({', '.join(having)})")
     add_options_flag(general, "penalty")
     add_options_flag(general, "loss")
-    general.add_argument("--l1-ratio", type=float, help="elastic_net: share of the L1 part (default 0.5)")
-    general.add_argument("--lower", type=float, help="box: lower bound (default -inf)")
-    general.add_argument("--upper", type=float, help="box: upper bound (default inf)")
+    _add_option_flag(general, "penalty", "l1_ratio", type=float)
+    _add_option_flag(general, "penalty", "lower", type=float)
+    _add_option_flag(general, "penalty", "upper", type=float)
     groups = general.add_mutually_exclusive_group()
     groups.add_argument("--groups", type=labels, metavar="G1,G2,...",
                         help="group_lasso: a group label per column of A (integers; -1: not penalized)")
     groups.add_argument("--group-size", type=positive_int, metavar="K",
                         help="group_lasso: consecutive groups of K columns (the last one may be smaller)")
-    general.add_argument("--delta", type=float, help="huber: width of the quadratic zone (default 1.0)")
+    _add_option_flag(general, "loss", "delta", type=float)
     general.add_argument("--intercept", action="store_true", help="fit an unpenalized intercept (the last entry)")
-    general.add_argument("--x-solver", choices=names("x_solver"), help="logistic and huber: x-step solver "
-                                                                         "(default lbfgs)")
+    _add_option_flag(general, "loss", "x_solver", choices=names("x_solver"))
     general.add_argument("--output", default="mpiopt_result.json", help="JSON result file (default %(default)s)")
     _add_admm_settings(general)
     group = general.add_argument_group("checkpoints")
     add_checkpoint_options(group, "solver state", "iterations")
     general.set_defaults(run=run_solve, parser=general)
+
+
+def _add_option_flag(parser, kind, name, **argument):
+    """``--NAME``: the option ``name`` for whichever chosen piece of ``kind`` declares it, its help and default
+    read from the first declaration (the pieces that take it named)."""
+    from ..core.registry import names, options
+    takers = [piece for piece in names(kind) if name in options(kind, piece)]
+    option = options(kind, takers[0])[name]
+    parser.add_argument("--" + name.replace("_", "-"), help=f"{', '.join(takers)}: {option.help} "
+                                                            f"(default {option.default})", **argument)
 
 
 def _add_admm_settings(parser):

@@ -34,17 +34,15 @@ class GLMLossShard(LossShard):
     iterative = True
     options = Options(
         Option("x_solver", str, "lbfgs", "the x-step's solver, a registered x_solver (lbfgs, newton, ...)"),
-        Option("x_solver_options", object, None, "a dict of the x_solver's own options (None: its defaults)"))
+        Option("x_solver_options", dict, None, "a dict of the x_solver's own options (None: its defaults)",
+               message="{name} must be a dict of the x_solver's options or None, got {value!r}"))
 
     @classmethod
     def check(cls, targets, options):
-        chosen = options.get("x_solver_options")
-        if chosen is not None and not isinstance(chosen, dict):
-            return f"x_solver_options must be a dict of the x_solver's options or None, got {chosen!r}"
         return unknown("x_solver", options["x_solver"]) or options_problem("x_solver", options["x_solver"],
-                                                                           chosen or {})
+                                                                           options["x_solver_options"] or {})
 
-    def __init__(self, design, targets, xp, x_solver="lbfgs", x_solver_options=None):
+    def __init__(self, design, targets, xp, x_solver, x_solver_options):
         super().__init__(design, xp)
         self.solve_x_step = lookup("x_solver", x_solver)
         self.targets = targets
@@ -167,12 +165,18 @@ class GLMLossShard(LossShard):
                              None if scale is None else self.xp.asarray(scale, dtype=np.float64))
 
 
-@register("x_solver", "lbfgs", options=Options(
+LBFGS_OPTIONS = Options(
     Option("memory", int, 20, "the correction pairs kept (scipy's maxcor)", low=1),
-    Option("max_iter", int, 10000, "the most iterations of one x-step", low=1)))
-def lbfgs_x_step(shard, v, x, tolerance, memory=20, max_iter=10000):
+    Option("max_iter", int, 10000, "the most iterations of one x-step", low=1))
+
+
+@register("x_solver", "lbfgs", options=LBFGS_OPTIONS)
+def lbfgs_x_step(shard, v, x, tolerance, **options):
     """L-BFGS on the x-step's objective from the warm start x, to gradient norm ``tolerance``: scipy's
-    L-BFGS-B for numpy arrays, :func:`array_lbfgs` for CuPy arrays (scipy works on the host only)."""
+    L-BFGS-B for numpy arrays, :func:`array_lbfgs` for CuPy arrays (scipy works on the host only).
+    ``options``: the declared ones (LBFGS_OPTIONS), their defaults where not given."""
+    options = {**LBFGS_OPTIONS.defaults(), **options}
+    memory, max_iter = options["memory"], options["max_iter"]
     if not backend.is_numpy(shard.xp):
         return array_lbfgs(shard, v, x, tolerance, memory, max_iter)
     import scipy.optimize
@@ -263,15 +267,19 @@ def array_lbfgs(shard, v, x, tolerance, memory=20, max_iter=10000, stall=100):
     return x
 
 
-@register("x_solver", "newton", options=Options(
-    Option("max_iter", int, 100, "the most Newton steps of one x-step", low=1)))
-def newton_x_step(shard, v, x, tolerance, max_iter=100):
+NEWTON_OPTIONS = Options(Option("max_iter", int, 100, "the most Newton steps of one x-step", low=1))
+
+
+@register("x_solver", "newton", options=NEWTON_OPTIONS)
+def newton_x_step(shard, v, x, tolerance, **options):
     """Damped Newton with an Armijo line search on the Hessian A^T diag(phi'') A + rho I
     (``newton_direction``: Cholesky for a tall shard, the matrix inversion lemma for a wide one).
 
     Consecutive ADMM x-steps start from nearby points, so the Hessian factored for an earlier step is
     tried first (forming it, m n^2 flops, dominates a step on a working set's few columns): it is kept
-    while a full step is accepted and cuts the gradient by at least half, and formed afresh otherwise."""
+    while a full step is accepted and cuts the gradient by at least half, and formed afresh otherwise.
+    ``options``: the declared ones (NEWTON_OPTIONS), their defaults where not given."""
+    max_iter = {**NEWTON_OPTIONS.defaults(), **options}["max_iter"]
     xp = shard.xp
     value, gradient = shard._subproblem(x, v)
     fresh = False
@@ -402,13 +410,13 @@ class HuberLossShard(GLMLossShard):
             low, high = (middle, high) if slope < 0 else (low, middle)
         return 0.5 * (low + high)
 
-    def __init__(self, design, targets, xp, delta=1.0, x_solver="lbfgs", x_solver_options=None):
+    def __init__(self, design, targets, xp, delta, x_solver, x_solver_options):
         super().__init__(design, targets, xp, x_solver, x_solver_options)
         self.delta = float(delta)
 
     dual_concavity = 1.0  # -phi*(-theta_j) = theta_j b_j - theta_j^2 / 2 on |theta_j| <= delta
-    # working sets only when asked: 10x faster than the full solver at gap_tol 1e-6 (20000 x 500), but 23x
-    # slower at 1e-10 (300 x 12, 2 ranks: the inner ADMM's many restarts), until a Newton-type inner solver
+    # working sets only when asked: faster than the full solver at loose gap tolerances, slower at tight ones
+    # (the inner ADMM's many restarts, with no Newton-type inner solver for Huber's kinks; docs/admm.md)
     working_sets_by_default = False
 
     def dual_residual(self, margin):

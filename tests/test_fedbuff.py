@@ -11,7 +11,8 @@ from mpi4py import MPI
 
 from mpiopt.core.comm import CollectiveError
 from mpiopt.data import load_dataset
-from mpiopt.federated import FederatedResult, partition, run_fedbuff, run_federated, split_clients, staleness_weight
+from mpiopt.federated import (FedBuff, FederatedResult, Instructions, partition, run_fedbuff, run_federated,
+                              split_clients, staleness_weight)
 from mpiopt.models import get_model
 
 DATA = load_dataset("digits", MPI.COMM_SELF)
@@ -252,3 +253,94 @@ def test_an_asynchronous_strategy_refuses_the_synchronous_faults_in_one_line(com
 def test_an_asynchronous_strategy_at_one_rank_raises_a_collective_error():
     with pytest.raises(CollectiveError, match="fedasync needs at least 2 ranks"):
         run_federated(softmax(), iid_clients(4), "fedasync", MPI.COMM_SELF, rounds=1)
+
+
+# -- the client loop it shares with the synchronous rounds ------------------------------------------------------
+class Halved(FedBuff):
+    """FedBuff whose server tells every client, in its instructions, to halve its gradients."""
+
+    def configure_client(self, round, client):
+        return Instructions(config={"scale": 0.5})
+
+    def local_gradient(self, grad, params, ctx):
+        return ctx.instructions.config["scale"] * grad
+
+
+class Fading(FedBuff):
+    """FedBuff whose clients count their visits in their client state and halve their step at each visit."""
+    client_state = ("visits",)
+
+    def begin_client(self, ctx):
+        ctx.state["visits"] += 1.0
+
+    def local_gradient(self, grad, params, ctx):
+        return 0.5 ** ctx.state["visits"][0] * grad
+
+
+class Measured(FedBuff):
+    metrics = ("grad_norm",)
+
+
+class Failing(FedBuff):
+    def local_gradient(self, grad, params, ctx):
+        if ctx.client == 2:
+            raise RuntimeError("client 2's device is gone")
+        return grad
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_an_asynchronous_strategys_instructions_reach_its_clients(comm):
+    pair = server_and_one_worker(comm)
+    if pair is None:
+        return
+    options = dict(rounds=4, local_epochs=2, batch_size=16, seed=3)
+    halved = run_federated(softmax(), iid_clients(5), Halved(buffer_size=2), pair, lr=0.1, **options)
+    half_lr = run_federated(softmax(), iid_clients(5), FedBuff(buffer_size=2), pair, lr=0.05, **options)
+    assert np.array_equal(halved.params, half_lr.params)  # 0.1 (0.5 g) is 0.05 g exactly
+    pair.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_an_asynchronous_strategys_client_state_lives_on_its_worker_and_is_checkpointed(comm, tmp_path):
+    pair = server_and_one_worker(comm)
+    if pair is None:
+        return
+    path = str(pair.bcast(tmp_path, root=0) / "fading.npz")
+    options = dict(local_epochs=1, batch_size=32, lr=0.1, seed=3)
+    first = run_federated(softmax(), iid_clients(5), Fading(buffer_size=2), pair, checkpoint=path, rounds=3,
+                          **options)
+    if pair.rank == 0:
+        stored = np.load(path)
+        trained = [k for step in first.history["clients"] for k in step]
+        for client in range(5):
+            visits = stored[f"rank1_client{client}_visits"][0] if f"rank1_client{client}_visits" in stored else 0
+            assert visits == trained.count(client), client
+    resumed = run_federated(softmax(), iid_clients(5), Fading(buffer_size=2), pair, checkpoint=path, rounds=6,
+                            **options)
+    whole = run_federated(softmax(), iid_clients(5), Fading(buffer_size=2), pair, rounds=6, **options)
+    assert resumed.info["resumed_at"] == 3 and np.array_equal(resumed.params, whole.params)
+    assert resumed.history["clients"] == whole.history["clients"]
+    pair.Free()
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_an_asynchronous_strategy_declaring_metrics_is_refused_in_one_line(comm):
+    needs_two_ranks(comm)
+    with pytest.raises(CollectiveError) as caught:
+        run_federated(softmax(), iid_clients(4), Measured(buffer_size=2), comm, rounds=1)
+    assert "declared uploads and metrics grad_norm would never arrive" in str(caught.value)
+    assert len(set(comm.allgather(str(caught.value)))) == 1
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(60)
+def test_a_client_failing_on_a_worker_raises_the_same_error_on_every_rank(comm):
+    needs_two_ranks(comm)
+    with pytest.raises(CollectiveError) as caught:
+        run_federated(softmax(), iid_clients(4), Failing(buffer_size=1, concurrency=2), comm, rounds=20)
+    worker = 1 + 2 % (comm.size - 1)
+    assert f"worker {worker}: RuntimeError: client 2's device is gone" in str(caught.value), str(caught.value)
+    assert len(set(comm.allgather(str(caught.value)))) == 1

@@ -1,4 +1,4 @@
-"""The asynchronous executor of ``run_federated``: a strategy with ``asynchronous = True`` (FedBuff, FedAsync).
+"""The asynchronous scheduler of ``run_federated``: a strategy with ``asynchronous = True`` (FedBuff, FedAsync).
 
 On the asynchronous parameter server
 (:class:`mpiopt.collectives.async_server.AsyncParameterServer`): rank 0 serves
@@ -17,11 +17,15 @@ Placement: client k lives on worker ``1 + k % (p - 1)`` (only that rank reads
    (the worker stops once ``v >= rounds * buffer_size``);
 2. draw ``concurrency`` of its clients without replacement from
    ``random_stream(seed, "fedbuff", worker, i)`` (i: the worker's i-th pull)
-   and train each from w in turn with :func:`.client.train_client` (round i,
-   the strategy's local objective), then sleep the client's
+   and run each from w in turn with the client loop of the synchronous
+   rounds (:class:`.client.ClientExecution`, round i: the strategy's
+   instructions, the client's state kept on its worker, ``begin_client``,
+   the local objective, ``end_client``), then sleep the client's
    ``client_delays`` seconds (an emulated slow device);
 3. push each update (delta_k = w_k - w, or the model w_k itself when the
-   strategy ``sends_model``), with n_k, its loss and k, tagged with v.
+   strategy ``sends_model``), with n_k, its loss and k, tagged with v.  The
+   server's step takes the delta alone, so a strategy that declares extra
+   uploads or metrics is refused.
 
 The server buffers what arrives.  An update based on the model of server
 step t_k that arrives after step t has staleness tau_k = t - t_k; the
@@ -55,7 +59,7 @@ pulled after a checkpoint was asked for (every ``checkpoint_every`` server
 steps, SIGUSR1 or SIGTERM on any rank), so the updates in flight are all
 applied and no worker is half way through its clients; every rank then
 writes its part (the server: the model, the partly filled buffer, its
-counters and history; a worker: its pull count) and, unless stopped, the
+counters and history; a worker: its pull count and its clients' state) and, unless stopped, the
 next session starts where this one ended.  A worker learns a checkpoint is
 due from the model it pulls; a signal on a worker reaches the server as a
 marker message (not an update).  At p = 2 a resumed run is the
@@ -65,7 +69,6 @@ runs the timing could have given.  The rank count must not change.
 Cost: each update moves n_params + 4 floats to the server and each pull
 n_params + 4 back; the server does O(n_params) work per update.
 """
-import math
 import time
 
 import numpy as np
@@ -75,7 +78,8 @@ from ..core.checkpoint import Checkpointer
 from ..core.comm import check_collectively
 from ..core.random import random_stream
 from ..core.signals import SignalFlags
-from .client import clients_digest, train_client
+from .aggregate import evaluation_mean_exact
+from .client import ClientExecution, clients_digest
 from .result import LIST_COLUMNS, SCALAR_COLUMNS, FederatedResult
 
 FORMAT = "mpiopt-federated-async-checkpoint-1"
@@ -88,10 +92,14 @@ LOG_COLUMNS = (("step", "6d"), ("updates", "7d"), ("max tau", "7d"), ("loss", "1
                ("time(s)", "9.3f"))
 
 
-def asynchronous_problem(strategy, settings, hooks, n_ranks):
+def asynchronous_problem(strategy, settings, hooks, n_ranks, n_params):
     """Why ``strategy`` (asynchronous) cannot run with these settings, or None."""
     if n_ranks < 2:
         return f"{strategy.name} needs at least 2 ranks (rank 0 serves, the others train), got {n_ranks}"
+    declared = [name for name, _ in strategy.uploads(n_params)] + list(strategy.metrics)
+    if declared:
+        return (f"{strategy.name} is asynchronous: the server's step takes each update's delta alone, so the "
+                f"declared uploads and metrics {', '.join(declared)} would never arrive")
     unused = [f"{name}={getattr(settings, name)!r}" for name, default in
               (("dropout", 0.0), ("stragglers", 0.0), ("byzantine", 0.0), ("compressor", "none"),
                ("client_sampling", "fixed")) if getattr(settings, name) != default]
@@ -110,6 +118,7 @@ class AsyncFederation:
         self.model, self.n_clients, self.local, self.settings = model, n_clients, local, settings
         self.strategy, self.comm, self.test, self.log = strategy, comm.Dup(), test_data, log
         self.buffer = UpdateBuffer(model, strategy, settings, params, test_data, log) if comm.rank == 0 else None
+        self.clients = ClientExecution(model, local, strategy, settings)
         self.pulls, self.steps, self.checkpointer, self.stats = 0, 0, None, []
 
     def run(self, setup_start):
@@ -152,8 +161,7 @@ class AsyncFederation:
                     problem = str(error)
             else:
                 try:
-                    self.pulls = _work(server, self.model, self.local, self.settings, self.strategy, self.pulls,
-                                       signals)
+                    self.pulls = _work(server, self.clients, self.pulls, signals)
                 except Exception as error:  # reported on every rank below, after the server has stopped
                     problem = f"worker {self.comm.rank}: {type(error).__name__}: {error}"
                 server.close()
@@ -190,12 +198,13 @@ class AsyncFederation:
 
     def state(self):
         """(shared arrays, this rank's arrays, meta) of :meth:`Checkpointer.write`: the server's buffer, the
-        workers' pull counts."""
+        workers' pull counts and their clients' state."""
         shared, meta = self.buffer.state() if self.buffer is not None else ({}, {})
-        return shared, {"pulls": np.array(self.pulls)}, meta
+        return shared, {"pulls": np.array(self.pulls), **self.clients.states.arrays()}, meta
 
     def restore(self, shared, mine, meta):
         self.pulls, self.steps = int(mine["pulls"]), int(meta["steps"])
+        self.clients.states.load(mine)
         if self.buffer is not None:
             self.buffer.load(shared, meta)
 
@@ -334,11 +343,13 @@ class UpdateBuffer:
         self.elapsed_before = float(meta["elapsed"])
 
 
-def _work(server, model, local, settings, strategy, pull, signals):
+def _work(server, clients, pull, signals):
     """A worker's loop (module docstring, steps 1-3) from its ``pull``-th pull until the server's budget is
     spent or a checkpoint is due; returns the pulls made in all."""
-    mine = np.array(sorted(local))
-    n = model.n_params
+    settings, strategy = clients.settings, clients.strategy
+    mine = np.array(sorted(clients.local))
+    n = clients.model.n_params
+    epochs = strategy.local_epochs(settings.local_epochs)
     while mine.size:
         usr1, term = signals.take()
         if usr1 or term:  # the server ends the session: a marker, not an update
@@ -350,13 +361,12 @@ def _work(server, model, local, settings, strategy, pull, signals):
         count = min(strategy.concurrency, mine.size)
         chosen = np.sort(random_stream(settings.seed, "fedbuff", server.rank, pull).choice(mine, count,
                                                                                            replace=False))
-        for client in chosen:
-            X, y = local[int(client)]
-            update = train_client(model, X, y, global_params, strategy, client=int(client), round=pull,
-                                  epochs=settings.local_epochs, batch_size=settings.batch_size, lr=settings.lr,
-                                  momentum=settings.momentum, seed=settings.seed)
+        for outcome in clients.run(pull, [(int(client), epochs) for client in chosen], global_params):
+            if outcome.error is not None:  # the session reports it on every rank
+                raise outcome.error
             if settings.client_delays is not None:
-                time.sleep(settings.client_delays[int(client)])
+                time.sleep(settings.client_delays[outcome.client])
+            update = outcome.update
             sent = global_params + update.delta if strategy.sends_model else update.delta
             server.push(np.concatenate([sent, [update.weight, update.loss, update.client, based_on]]), version)
         pull += 1
@@ -377,7 +387,4 @@ def _evaluate_clients(model, params, local, comm):
     mine = [(k, model.loss(params, X, y) * y.shape[0],
              int(np.count_nonzero(model.predict(params, X) == y)) if model.n_classes else 0, y.shape[0])
             for k, (X, y) in local.items()]
-    rows = sorted(row for part in comm.allgather(mine) for row in part)
-    total = sum(row[3] for row in rows)
-    loss = math.fsum(row[1] for row in rows) / total
-    return float(loss), (sum(row[2] for row in rows) / total if model.n_classes else None)
+    return evaluation_mean_exact(sorted(row for part in comm.allgather(mine) for row in part), model.n_classes)

@@ -17,7 +17,18 @@ a_kj = (1 - rho^(tau_k - j + 1)) / (1 - rho), so ||a_k||_1 = sum_{t=1..tau_k}
 (1 - rho^t) / (1 - rho) (Wang et al. 2020, FedNova, Sec. 5), accumulated step
 by step as FedNova's reference code does; tau_k without momentum.  A non-finite loss or update raises FloatingPointError (a
 diverged client is a failed client).  Cost: E passes over the client's rows.
+
+:class:`ClientExecution` is the client loop both schedulers run (the
+synchronous rounds of :mod:`.runner`, the workers of :mod:`.asynchronous`):
+for each client it gives the strategy's instructions (config and named
+arrays), a working copy of the client's state, the strategy's client verbs
+around :func:`train_client`, the upload checked against the declared
+:class:`~mpiopt.federated.strategy.Layout` (delta, named extras, metrics), the
+compressed upload (:mod:`.uplink`) and the hooks' ``transform_update``; the
+state is kept once the update is delivered.  The schedulers decide which
+clients run, from which model, and where their updates go.
 """
+import dataclasses
 import hashlib
 import math
 
@@ -26,7 +37,8 @@ import numpy as np
 from ..core.backend import finite_problem
 from ..core.random import random_stream
 from ..optim import get_optimizer
-from .strategy import ClientRound, ClientUpdate, Instructions
+from .strategy import ClientRound, ClientUpdate, Instructions, Layout
+from .uplink import Uplink
 
 
 def train_client(model, X, y, global_params, strategy, *, client, round, epochs, batch_size, lr, momentum=0.0,
@@ -155,3 +167,65 @@ class ClientStates:
             if key.startswith(self.PREFIX) and "_" in key:
                 client, name = key[len(self.PREFIX):].split("_", 1)
                 self.states.setdefault(int(client), {})[name] = np.array(value, dtype=np.float64)
+
+
+@dataclasses.dataclass
+class ClientOutcome:
+    """What one client's execution gives its scheduler."""
+    client: int
+    received: int               # the bytes sent to the client: the model and its instructions' arrays
+    update: ClientUpdate = None  # the upload as the server receives it; None: a hook withheld it, or it failed
+    sent: int = 0               # the upload's bytes
+    error: Exception = None     # what training, the strategy or a hook raised: the client failed
+
+
+class ClientExecution:
+    """The clients of this rank as both schedulers run them: ``run(round, clients, global_params)`` (module
+    docstring); ``layout``, ``states`` and ``uplink`` are the declared row, the clients' state and the
+    compressed uploads (None without a compressor)."""
+
+    def __init__(self, model, local, strategy, settings, hooks=(), compressor=None):
+        self.model, self.local, self.strategy, self.settings, self.hooks = model, local, strategy, settings, hooks
+        self.layout = Layout(strategy, model.n_params)
+        self.states = ClientStates(strategy, model.n_params)
+        self.uplink = (Uplink(compressor, settings.uplink_feedback, self.layout)
+                       if compressor is not None and settings.compressor != "none" else None)
+
+    def run(self, round, clients, global_params):
+        """Each ``(client, epochs)`` of ``clients`` (this rank's) trained from ``global_params`` in turn: yields
+        its :class:`ClientOutcome`; a failure is reported in it, never raised (the instructions excepted)."""
+        for client, epochs in clients:
+            instructions = self.strategy.configure_client(round, client)
+            received = global_params.nbytes + instructions.nbytes
+            try:
+                update, state, sent = self.train(round, client, epochs, global_params, instructions)
+            except Exception as error:  # the scheduler reports it to every rank
+                yield ClientOutcome(client, received, error=error)
+                continue
+            if update is not None:
+                self.states.commit(client, state)
+            yield ClientOutcome(client, received, update, sent)
+
+    def train(self, round, client, epochs, global_params, instructions):
+        """(the client's update after the strategy's ``end_client``, the uplink and every hook's
+        ``transform_update``, or None if a hook withheld it; the client's working state; the upload's bytes):
+        raises what training raises."""
+        s, strategy = self.settings, self.strategy
+        X, y = self.local[client]
+        ctx = ClientRound(client=client, round=round, global_params=global_params, instructions=instructions,
+                          state=self.states.working(client), rows=int(y.shape[0]), lr=s.lr, epochs=epochs,
+                          batch_size=strategy.local_batch_size(s.batch_size))
+        strategy.begin_client(ctx)
+        update = train_client(self.model, X, y, global_params, strategy, client=client, round=round, epochs=epochs,
+                              batch_size=ctx.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed, ctx=ctx)
+        update = strategy.end_client(update, ctx)
+        problem = self.layout.problem(update)
+        if problem:
+            raise ValueError(f"{strategy.name}: {problem}")
+        sent = 8 * self.layout.width
+        if self.uplink is not None:
+            update, sent = self.uplink.encode(update, ctx)
+        for hook in self.hooks:
+            if update is not None:
+                update = hook.transform_update(update, client, round)
+        return update, ctx.state, sent

@@ -1,5 +1,9 @@
 """Federated learning with K virtual clients on p MPI ranks: ``run_federated(model, clients, strategy, comm)``.
 
+This module is the synchronous round scheduler; a strategy with ``asynchronous = True`` (FedBuff, FedAsync)
+goes to the asynchronous one (:mod:`.asynchronous`).  Both run each client with the same client loop
+(:class:`.client.ClientExecution`).
+
 Placement: client k lives on rank ``k % p`` (round-robin, so every rank gets
 a share of any sampled subset); ``clients[k]`` is read only there, so
 ``clients`` may be a lazy sequence.  Each round t:
@@ -11,18 +15,27 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    drops out with probability p (``random_stream(seed, "dropout", t, k)``),
    is a straggler with probability s (``random_stream(seed, "straggler", t,
    k)``: it runs a uniform 1..E epochs, and is left out unless the strategy
-   ``keeps_stragglers``), else trains (:func:`.client.train_client`);
-   before that, every hook's ``begin_round(round, participants)`` learns the
-   clients that will train (sampled, neither dropped nor left out as
-   stragglers: the same on every rank); after it, every hook's
-   ``transform_update(update, client, round)`` sees the update, on the
-   client's rank (client-side clipping and noise, masks), and may return None
-   (the upload never arrives: the client counts as dropped);
-   an exception in training or a hook makes the client *failed*;
+   ``keeps_stragglers``), else the client loop runs it.  Down the channel go
+   the model and the strategy's instructions (``configure_client``: config
+   values and named arrays); the client trains on its rank with a working
+   copy of its client state (``begin_client``, :func:`.client.train_client`,
+   ``end_client``); up comes its update: delta_k = w_k - w_t, n_k, tau_k,
+   ||a_k||_1 and loss_k, with the named extra arrays (``uploads``) and scalar
+   metrics the strategy declares, compressed when a ``compressor`` is set
+   (:mod:`.uplink`).  The client's state is kept only when its update is
+   delivered.  Before the clients train, every hook's ``begin_round(round,
+   participants)`` learns the clients that will train (sampled, neither
+   dropped nor left out as stragglers: the same on every rank); after a
+   client trains, every hook's ``transform_update(update, client, round)``
+   sees its update, on the client's rank (client-side clipping and noise,
+   masks), and may return None (the upload never arrives: the client counts
+   as dropped); an exception in training or a hook makes the client *failed*;
 3. one ``allgatherv`` of the reducer (``settings.reducer``) moves every
-   reporting client's row [k, n_k, tau_k, ||a_k||_1, loss_k, delta_k] to every rank, and
-   one small ``allgather`` the clients' fates (dropped, straggler, failed
-   with its error) and the checkpoint signals;
+   reporting client's row to every rank, laid out from the strategy's
+   declarations (:class:`.strategy.Layout`: k, n_k, tau_k, ||a_k||_1, loss_k,
+   the metrics, delta_k, the extra arrays), and one small ``allgather`` the
+   clients' fates (dropped, straggler, failed with its error) and the
+   checkpoint signals;
 4. failed clients end the run with the same CollectiveError on every rank
    unless ``tolerate_failures``; otherwise every rank sorts the rows by
    client and computes, in client order, Delta = ``strategy.aggregate_fit``
@@ -36,12 +49,14 @@ a share of any sampled subset); ``clients[k]`` is read only there, so
    round's Delta.
 
 Summing in client order makes the model the same bit for bit at any rank
-count (and on resume).  The price is the all-gather: each rank receives
-m (n_params + 5) floats for m reporting clients, where an all-reduce of the
+count (and on resume).  The price is the all-gather: each rank receives m w
+floats for m reporting clients, w the row's width (n_params + 5 for FedAvg,
+plus the declared metrics and extra arrays), where an all-reduce of the
 weighted sum would move n_params; for the m << K clients of a round this is
-small, and the bytes are in the history (``bytes_sent``: the rows the
-clients uploaded; ``bytes_received``: the model sent to the clients that
-trained).  Checkpoints are written at round boundaries.
+small, and the bytes are in the history (``bytes_sent``: what the clients
+uploaded, compressed or not; ``bytes_received``: the model and the
+instructions' arrays sent to the clients that trained).  Checkpoints are
+written at round boundaries, with each client's state in its rank's part.
 """
 import contextlib
 import dataclasses
@@ -61,15 +76,15 @@ from ..core.registry import RegistryError, lookup, options_problem
 from ..core.signals import SignalFlags
 from ..compression import get_compressor
 from .asynchronous import LOG_COLUMNS as ASYNC_LOG_COLUMNS
+from .aggregate import evaluation_mean, weighted_mean
 from .asynchronous import AsyncFederation, asynchronous_problem
 from .attacks import byzantine_clients, forge_updates, get_attack
-from .client import ClientStates, clients_digest, data_problem, local_clients, train_client
+from .client import ClientExecution, clients_digest, data_problem, local_clients
 from .hooks import Hook
 from .result import LIST_COLUMNS, SCALAR_COLUMNS, FederatedResult
 from .settings import FederatedSettings
 from .strategies import get_strategy
-from .strategy import ClientRound, Layout, RunInfo, Strategy
-from .uplink import Uplink
+from .strategy import RunInfo, Strategy
 
 FORMAT = "mpiopt-federated-checkpoint-2"
 LOG_COLUMNS = (("round", "6d"), ("clients", "7d"), ("dropped", "7d"), ("strag.", "6d"), ("failed", "6d"),
@@ -108,7 +123,8 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     problem = problem or hooks_problem
     asynchronous = getattr(strategy, "asynchronous", False)
     if asynchronous:  # rank 0 serves; client k lives on worker 1 + k % (p - 1)
-        problem = problem or (None if comm.size >= 2 else asynchronous_problem(strategy, None, (), comm.size))
+        if comm.size < 2:
+            problem = problem or asynchronous_problem(strategy, None, (), comm.size, model.n_params)
         owned = range(comm.rank - 1, len(clients), comm.size - 1) if comm.rank else ()
     else:
         owned = range(comm.rank, len(clients), comm.size)
@@ -117,7 +133,7 @@ def run_federated(model, clients, strategy="fedavg", comm=None, *, strategy_opti
     options = FederatedSettings.collective(comm, problem, agree={
         "clients": len(clients), "model": repr(model), "strategy": repr(strategy)}, **settings)
     if asynchronous:
-        check_collectively(comm, asynchronous_problem(strategy, options, hooks, comm.size))
+        check_collectively(comm, asynchronous_problem(strategy, options, hooks, comm.size, model.n_params))
         return _run_asynchronous(model, len(clients), local, strategy, options, comm, params, test_data,
                                  log_stream, start)
     check_collectively(comm, _hooks_problem(hooks, strategy, len(clients), options))
@@ -239,7 +255,8 @@ class RoundReport:
 
 
 class Federation:
-    """The server's loop: ``round`` runs one round, ``run`` repeats it and builds the result."""
+    """The synchronous round scheduler: ``round`` samples the clients, runs this rank's with the client loop
+    and aggregates their updates; ``run`` repeats it and builds the result."""
 
     def __init__(self, model, n_clients, local, strategy, settings, comm, params, test_data, hooks, log, attack=None,
                  compressor=None):
@@ -254,12 +271,9 @@ class Federation:
         self.history = {column: [] for column in SCALAR_COLUMNS + LIST_COLUMNS + ("failures", "note")}
         self.next_round, self.elapsed_before, self.checkpointer = 0, 0.0, None
         self.warned = False  # the strategy's shortfall is warned once per run
-        self.layout = Layout(strategy, model.n_params)
-        self.states = ClientStates(strategy, model.n_params)
+        self.clients = ClientExecution(model, local, strategy, settings, self.hooks, compressor)
         self.attack, self.byzantine = attack, set(int(k) for k in byzantine_clients(n_clients, settings.byzantine,
                                                                                     settings.seed))
-        self.uplink = (Uplink(compressor, settings.uplink_feedback, self.layout)
-                       if compressor is not None and settings.compressor != "none" else None)
         sizes = self.comm.allgather({client: int(y.shape[0]) for client, (_, y) in local.items()})
         self.client_rows = tuple(size for _, size in sorted((k, v) for part in sizes for k, v in part.items()))
 
@@ -267,7 +281,7 @@ class Federation:
         return RunInfo(n_clients=self.n_clients, client_rows=self.client_rows, n_params=self.model.n_params,
                        params=self.params.copy(), settings=self.settings)
 
-    # -- one client ---------------------------------------------------------------------
+    # -- a sampled client's fate -------------------------------------------------------
     def fate(self, round, client):
         """("dropped" | "straggler" | None, local epochs) of a sampled client this round."""
         s, epochs = self.settings, self.strategy.local_epochs(self.settings.local_epochs)
@@ -279,59 +293,35 @@ class Federation:
             return (None if self.strategy.keeps_stragglers else "straggler"), epochs
         return None, epochs
 
-    def train(self, round, client, epochs, instructions):
-        """(the client's update after the strategy's ``end_client`` and every hook's ``transform_update``, or
-        None if a hook withheld it; the client's working state): raises what training raises."""
-        s, strategy = self.settings, self.strategy
-        X, y = self.local[client]
-        ctx = ClientRound(client=client, round=round, global_params=self.params, instructions=instructions,
-                          state=self.states.working(client), rows=int(y.shape[0]), lr=s.lr, epochs=epochs,
-                          batch_size=strategy.local_batch_size(s.batch_size))
-        strategy.begin_client(ctx)
-        update = train_client(self.model, X, y, self.params, strategy, client=client, round=round, epochs=epochs,
-                              batch_size=ctx.batch_size, lr=s.lr, momentum=s.momentum, seed=s.seed, ctx=ctx)
-        update = strategy.end_client(update, ctx)
-        problem = self.layout.problem(update)
-        if problem:
-            raise ValueError(f"{strategy.name}: {problem}")
-        sent = 8 * self.layout.width
-        if self.uplink is not None:
-            update, sent = self.uplink.encode(update, ctx)
-        for hook in self.hooks:
-            if update is not None:
-                update = hook.transform_update(update, client, round)
-        return update, ctx.state, sent
-
     # -- one round ------------------------------------------------------------------------
     def run_clients(self, round, sampled, signals):
-        """This rank's sampled clients in turn, then the round's all-gathers: a RoundReport."""
-        rows, fates, failures, downlink, uplink = [], {}, [], 0, 0
+        """This rank's sampled clients in turn (the shared client loop), then the round's all-gathers: a
+        RoundReport."""
+        rows, fates, failures, downlink, uplink, training = [], {}, [], 0, 0, []
         for client in (int(k) for k in sampled if k % self.comm.size == self.comm.rank):
             fate, epochs = self.fate(round, client)
             if fate:
                 fates[client] = fate
-                continue
-            instructions = self.strategy.configure_client(round, client)
-            downlink += self.params.nbytes + instructions.nbytes
-            try:
-                update, state, sent = self.train(round, client, epochs, instructions)
-            except Exception as error:  # a client's failure is reported, never a hang
-                fates[client] = "failed"
-                failures.append({"client": client, "error": f"{type(error).__name__}: {error}"})
-                continue
-            if update is None:
-                fates[client] = "dropped"
-                continue
-            self.states.commit(client, state)
-            rows.append(self.layout.row(update))
-            uplink += sent
+            else:
+                training.append((client, epochs))
+        for outcome in self.clients.run(round, training, self.params):
+            downlink += outcome.received
+            if outcome.error is not None:  # a client's failure is reported, never a hang
+                fates[outcome.client] = "failed"
+                failures.append({"client": outcome.client,
+                                 "error": f"{type(outcome.error).__name__}: {outcome.error}"})
+            elif outcome.update is None:
+                fates[outcome.client] = "dropped"
+            else:
+                rows.append(self.clients.layout.row(outcome.update))
+                uplink += outcome.sent
         payload = np.concatenate(rows) if rows else np.zeros(0)
         gathered, _ = self.reducer.allgatherv(payload)
         usr1, term = signals.take()
         shared = self.comm.allgather((fates, failures, usr1, term, downlink, uplink))
         all_fates = {k: v for part in shared for k, v in part[0].items()}
         all_failures = sorted((f for part in shared for f in part[1]), key=lambda f: f["client"])
-        return RoundReport(self.layout.updates(gathered), dict(sorted(all_fates.items())), all_failures,
+        return RoundReport(self.clients.layout.updates(gathered), dict(sorted(all_fates.items())), all_failures,
                            float(sum(part[5] for part in shared)), float(sum(part[4] for part in shared)),
                            any(part[2] for part in shared), any(part[3] for part in shared))
 
@@ -360,8 +350,7 @@ class Federation:
                          else self.strategy.aggregate_fit(updates))
             except ValueError as error:
                 raise CollectiveError({rank: f"round {round}: {error}" for rank in range(self.comm.size)}) from None
-            total = sum(update.weight for update in updates)
-            loss = sum(update.weight / total * update.loss for update in updates)
+            loss = weighted_mean([update.loss for update in updates], [update.weight for update in updates])
         else:
             delta = np.zeros_like(self.params)
             kept = f"the model takes {type(transforms[0]).__name__}'s step alone" if transforms else "the model is kept"
@@ -420,20 +409,18 @@ class Federation:
         for client, (X, y) in self.local.items():
             correct = int(np.count_nonzero(self.model.predict(self.params, X) == y)) if self.model.n_classes else 0
             mine.append((client, self.model.loss(self.params, X, y) * y.shape[0], correct, y.shape[0]))
-        rows = sorted(row for part in self.comm.allgather(mine) for row in part)
-        total = sum(row[3] for row in rows)
-        loss = sum(row[1] for row in rows) / total
-        return loss, (sum(row[2] for row in rows) / total if self.model.n_classes else None)
+        return evaluation_mean(sorted(row for part in self.comm.allgather(mine) for row in part),
+                               self.model.n_classes)
 
     # -- checkpoints -----------------------------------------------------------------------
     def fingerprint(self):
-        s = self.settings
+        s, uplink = self.settings, self.clients.uplink
         return {"model": repr(self.model), "n_params": self.model.n_params, "clients": self.n_clients,
                 "data": clients_digest(self.local), "strategy": repr(self.strategy),
                 "attack": repr(self.attack) if s.byzantine else None,
-                "uplink": None if self.uplink is None else {"compressor": s.compressor,
-                                                            "options": self.uplink.compressor.settings(),
-                                                            "feedback": self.uplink.feedback},
+                "uplink": None if uplink is None else {"compressor": s.compressor,
+                                                       "options": uplink.compressor.settings(),
+                                                       "feedback": uplink.feedback},
                 **{name: getattr(s, name) for name in ("fraction", "client_sampling", "local_epochs", "batch_size",
                                                        "lr", "momentum", "seed", "dropout", "stragglers",
                                                        "tolerate_failures", "byzantine")}}
@@ -447,7 +434,7 @@ class Federation:
                                             for key, value in self.strategy.state_dict().items()}}
         meta = {"round": self.next_round, "history": self.history, "elapsed": elapsed,
                 "hooks": [hook.state_dict() for hook in self.hooks]}
-        return shared, self.states.arrays(), meta
+        return shared, self.clients.states.arrays(), meta
 
     def restore(self, shared, mine, meta):
         self.params = np.array(shared["params"], dtype=np.float64)
@@ -457,7 +444,7 @@ class Federation:
         for hook, state in zip(self.hooks, meta.get("hooks", [])):
             if state is not None:
                 hook.load_state_dict(state)
-        self.states.load(mine)
+        self.clients.states.load(mine)
         self.history = {column: list(values) for column, values in meta["history"].items()}
         self.next_round, self.elapsed_before = int(meta["round"]), float(meta["elapsed"])
 

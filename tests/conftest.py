@@ -37,9 +37,19 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
+from mpiopt.core.comm import mpi_vendor  # noqa: E402
 from mpiopt.data.partition import row_range  # noqa: E402
 
 MPIEXEC = Path(sys.executable).parent / "mpiexec"
+# What the mpiexec beside sys.executable needs here, by MPI: Open MPI refuses to run as root and to start more
+# ranks than cores unless told (--allow-run-as-root, --oversubscribe: Open MPI 5 and 4 read these variables
+# instead); MPICH needs nothing.  Set for the whole test process, so that every mpiexec a test starts gets them.
+MPIEXEC_ENVIRONMENT = {
+    "openmpi": {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+                "PRTE_MCA_rmaps_default_mapping_policy": ":oversubscribe", "OMPI_MCA_rmaps_base_oversubscribe": "1"},
+}.get(mpi_vendor(), {})
+for _name, _value in MPIEXEC_ENVIRONMENT.items():
+    os.environ.setdefault(_name, _value)
 
 
 def shard_bounds(total_rows, comm, layout):

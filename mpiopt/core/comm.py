@@ -8,6 +8,9 @@ Errors must never hang the other ranks.  A check that can fail on some ranks onl
 says what, if anything, is wrong with its own part and which values must agree
 across ranks; one allgather shares the verdicts, and every rank raises the same
 :class:`CollectiveError` naming each offending rank, or none does.
+
+:func:`mpi_vendor` names the MPI library that mpi4py loaded: a launcher's flags
+and srun's PMI plugin depend on it.
 """
 from mpi4py import MPI
 
@@ -34,6 +37,19 @@ def _name_ranks(ranks):
     if ranks == list(range(ranks[0], ranks[-1] + 1)):
         return f"ranks {ranks[0]}-{ranks[-1]}"
     return "ranks " + ", ".join(map(str, ranks))
+
+
+def mpi_vendor(version=None):
+    """'openmpi', 'mpich' (MPICH and its derivatives: Intel MPI, MVAPICH, Cray MPICH) or 'other', from
+    ``MPI.Get_library_version()`` (``version``: that text, read from mpi4py when None; MPI need not be
+    initialized)."""
+    if version is None:
+        version = MPI.Get_library_version()
+    if "Open MPI" in version:
+        return "openmpi"
+    if any(name in version for name in ("MPICH", "Intel(R) MPI", "MVAPICH")):
+        return "mpich"
+    return "other"
 
 
 def resolve_comm(comm=None):

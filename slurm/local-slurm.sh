@@ -8,7 +8,8 @@
 #
 # Debian's packages, no systemd: the daemons are started directly, as root.
 # Minimal configuration: no cgroups (proctrack/linuxproc, task/none), no
-# accounting (job state comes from squeue and scontrol), MpiDefault=pmi2, one
+# accounting (job state comes from squeue and scontrol), MpiDefault=pmi2 (and
+# the PMIx library, so that srun --mpi=pmix starts Open MPI's ranks), one
 # node sized from the CPUs this process may run on and the free memory, one
 # partition "debug".  A requeued job may start again 11 s after its requeue
 # (AuthInfo=cred_expire=10: the lifetime of a job's credentials, which Slurm
@@ -27,14 +28,15 @@ CONF=/etc/slurm/slurm.conf
 NODE=$(hostname -s)
 
 install_packages() {
+    # srun's pmix plugin opens libpmix.so (libpmix-dev) when slurmd starts: without it --mpi=pmix fails
     if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null \
-        && command -v munged >/dev/null; then
+        && command -v munged >/dev/null && ldconfig -p | grep -q 'libpmix\.so '; then
         return
     fi
-    echo "local-slurm: installing munge and Slurm from the distribution's packages"
+    echo "local-slurm: installing munge, Slurm and PMIx from the distribution's packages"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq munge slurmctld slurmd slurm-client >/dev/null
+    apt-get install -y -qq munge slurmctld slurmd slurm-client libpmix-dev >/dev/null
 }
 
 cpu_count() {

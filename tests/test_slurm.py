@@ -16,7 +16,9 @@ import pytest
 
 from conftest import run_mpi
 from mpiopt.slurm import SlurmError, job_state, never_starts, render_script, submit, wait
+from mpiopt.core.comm import mpi_vendor
 from mpiopt.slurm.jobs import FINISHED, parse_fields
+from mpiopt.slurm.plugin import NoPlugin, choose, offered
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,15 +40,18 @@ def test_rendered_script_has_the_cluster_essentials():
                          time="01:30:00", python="/opt/venv/bin/python", signal_seconds=120)
     for line in ("#SBATCH --ntasks=8", "#SBATCH --cpus-per-task=4", "#SBATCH --time=01:30:00",
                  "#SBATCH --output=%x-%j.out", "#SBATCH --open-mode=append", "#SBATCH --requeue",
-                 "#SBATCH --signal=B:USR1@120", 'OMP_NUM_THREADS="$threads"', "srun --mpi=pmi2",
+                 "#SBATCH --signal=B:USR1@120", 'OMP_NUM_THREADS="$threads"', 'srun --mpi="$MPI_PLUGIN"',
+                 'MPI_PLUGIN="${MPIOPT_SRUN_MPI:-auto}"',
                  "trap on_usr1 USR1", 'scontrol requeue "$SLURM_JOB_ID"', '--checkpoint "$CHECKPOINT"'):
         assert line in text, line
     mpiexec = render_script("lasso", [], launcher="mpiexec")
-    assert '/mpiexec" -n "$SLURM_NTASKS"' in mpiexec and "srun" not in mpiexec
+    assert '/mpiexec" -n "$SLURM_NTASKS"' in mpiexec and "srun" not in mpiexec and "MPI_PLUGIN" not in mpiexec
+    assert 'MPI_PLUGIN="${MPIOPT_SRUN_MPI:-pmix}"' in render_script("lasso", [], mpi="pmix")
 
 
 @pytest.mark.parametrize("bad", [{"job_name": "x; rm -rf ~"}, {"job_name": "$(reboot)"}, {"time": "1h"},
-                                 {"partition": "a b"}, {"ntasks": 0}, {"launcher": "ssh"}])
+                                 {"partition": "a b"}, {"ntasks": 0}, {"launcher": "ssh"},
+                                 {"mpi": "pmix; reboot"}, {"mpi": ""}])
 def test_render_refuses_unsafe_or_invalid_options(bad):
     with pytest.raises(ValueError):
         render_script("solve", [], **bad)
@@ -133,6 +138,57 @@ def test_submit_refused_by_sbatch_removes_the_script_it_wrote_and_keeps_one_that
     assert (tmp_path / "kept.sbatch").exists()
 
 
+# 'srun --mpi=list' of Slurm 22.05 (Debian's, with its pmix plugin), and one of a site without pmix.
+LISTING = ("MPI plugin types are...\n\tpmix\n\tnone\n\tcray_shasta\n\tpmi2\n"
+           "specific pmix plugin versions available: pmix_v4\n")
+LISTING_WITHOUT_PMIX = "MPI plugin types are...\n\tnone\n\tpmi2\n"
+
+
+@pytest.mark.parametrize("vendor, listing, plugin", [
+    ("openmpi", LISTING, "pmix"), ("mpich", LISTING, "pmi2"), ("other", LISTING, "pmix"),
+    ("mpich", LISTING_WITHOUT_PMIX, "pmi2"), ("other", LISTING_WITHOUT_PMIX, "pmi2"),
+    ("openmpi", "MPI plugin types are...\n\tnone\nspecific pmix plugin versions available: pmix_v3,pmix_v5\n",
+     "pmix_v3"),
+])
+def test_auto_picks_the_plugin_the_mpi_speaks_among_those_srun_offers(vendor, listing, plugin):
+    assert offered(LISTING) == ["pmix", "none", "cray_shasta", "pmi2", "pmix_v4"]
+    assert choose(vendor, offered(listing)) == plugin
+
+
+def test_no_plugin_for_open_mpi_is_one_line_that_says_what_to_do():
+    with pytest.raises(NoPlugin) as error:
+        choose("openmpi", offered(LISTING_WITHOUT_PMIX))
+    assert str(error.value) == ("this Slurm offers no PMI plugin for openmpi (it needs --mpi=pmix; srun --mpi=list "
+                                "offers none, pmi2): launch with mpiexec (mpiopt slurm --launcher mpiexec) or ask "
+                                "the site for the plugin")
+
+
+def _run_plugin_lines(tmp_path, listing, **environment):
+    """MPI_PLUGIN as the rendered script sets it, with this Python and a stub srun that lists ``listing``."""
+    stubs = tmp_path / "srun-stub"
+    stubs.mkdir(exist_ok=True)
+    (stubs / "srun").write_text(f"#!/bin/sh\nprintf '{listing}'\n")
+    (stubs / "srun").chmod(0o755)
+    text = render_script("solve", [])
+    lines = [line for line in text.splitlines() if "MPI_PLUGIN" in line and not line.startswith("srun")]
+    return subprocess.run(["bash", "-c", "\n".join(lines + ['echo "$MPI_PLUGIN"'])], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PATH=f"{stubs}:{os.environ['PATH']}",
+                                                          PYTHON=sys.executable, **environment))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_job_picks_the_plugin_for_its_pythons_mpi_or_stops_with_one_line(tmp_path):
+    listing = LISTING.replace("\n", "\\n").replace("\t", "\\t")
+    picked = _run_plugin_lines(tmp_path, listing)
+    assert picked.returncode == 0, picked.stderr
+    assert picked.stdout.strip() == {"openmpi": "pmix", "mpich": "pmi2"}[mpi_vendor()]
+    assert _run_plugin_lines(tmp_path, listing, MPIOPT_SRUN_MPI="pmi2").stdout.strip() == "pmi2"
+    none = _run_plugin_lines(tmp_path, "MPI plugin types are...\\n\\tnone\\n")
+    assert none.returncode == 2 and none.stderr.startswith("mpiopt: error: this Slurm offers no PMI plugin for ")
+    assert len(none.stderr.strip().splitlines()) == 1, none.stderr
+
+
 # Captured with 'scontrol show job -o' on Slurm 22.05 (slurm/local-slurm.sh, one node "vm" of 2 CPUs): a 3-task job;
 # its WorkDir replaced by one with spaces.
 CAPTURED = (
@@ -217,7 +273,7 @@ def test_two_task_job_matches_the_direct_run(tmp_path):
     direct = run_mpi(2, "-m", "mpiopt", "solve", *SOLVE, "--max-iter", "400", "--output", str(tmp_path / "direct.json"))
     assert direct.returncode == 0, direct.stderr
     from_job = json.loads((tmp_path / "job.json").read_text())
-    assert from_job["info"]["ranks"] == 2, "srun --mpi=pmi2 must start one MPI job of 2 ranks"
+    assert from_job["info"]["ranks"] == 2, f"srun --mpi=auto must start one {mpi_vendor()} job of 2 ranks"
     assert from_job["x"] == json.loads((tmp_path / "direct.json").read_text())["x"]
 
 

@@ -7,6 +7,7 @@ from .common import CheckingParser, CommandError
 
 def add_parser(commands):
     from ..core.registry import names
+    from ..slurm.render import SCRIPT_OPTIONS
     slurm = commands.add_parser(
         "slurm", help="render a batch script for a workload, submit it with sbatch, optionally wait",
         description="Render a Slurm batch script (names and paths quoted safely), submit it with sbatch and, "
@@ -21,6 +22,8 @@ def add_parser(commands):
     slurm.add_argument("--signal-seconds", type=int, default=60,
                        help="SIGUSR1 this many seconds before the limit: checkpoint and requeue (0: none)")
     slurm.add_argument("--launcher", choices=["srun", "mpiexec"], default="srun")
+    mpi = SCRIPT_OPTIONS["mpi"]
+    slurm.add_argument("--mpi", default=mpi.default, metavar="PLUGIN", help=f"{mpi.help} (default %(default)s)")
     slurm.add_argument("--script", default=None, help="where to write the batch script (default JOBNAME.sbatch)")
     slurm.add_argument("--render-only", action="store_true", help="print the script and do not submit it")
     slurm.add_argument("--wait", action="store_true", help="wait for the job and exit with its exit code")
@@ -85,7 +88,7 @@ def run_slurm(args, comm):
     try:
         text = render_script(args.workload, workload_args, job_name=args.job_name, ntasks=args.ntasks,
                              cpus_per_task=args.cpus_per_task, time=args.time, python=sys.executable,
-                             launcher=args.launcher, signal_seconds=args.signal_seconds or None,
+                             launcher=args.launcher, mpi=args.mpi, signal_seconds=args.signal_seconds or None,
                              partition=args.partition)
         if args.render_only:
             print(text, end="")

@@ -6,10 +6,13 @@ and paths are checked, so no option can inject shell code.  The script:
 * asks for --ntasks, --cpus-per-task and --time, writes %x-%j.out in append mode
   (a requeued job adds to the same file), and is --requeue-able;
 * sets OMP_NUM_THREADS and the BLAS thread variables from SLURM_CPUS_PER_TASK;
-* launches with ``srun --mpi=pmi2`` (or the MPI in the package's extra:
-  ``launcher="mpiexec"`` uses the mpiexec next to the Python interpreter);
-  mpiopt itself refuses to run when srun started the tasks without PMI (each
-  would be rank 0 of 1);
+* launches with ``srun --mpi=PLUGIN`` (or the MPI in the package's extra:
+  ``launcher="mpiexec"`` uses the mpiexec next to the Python interpreter).
+  ``mpi="auto"`` (the default) picks the plugin when the job starts, for the
+  MPI that the job's Python loads, among those srun offers: pmix for Open MPI,
+  pmi2 for MPICH (:mod:`.plugin`); ``MPIOPT_SRUN_MPI`` in the job's
+  environment overrides the rendered choice.  mpiopt itself refuses to run
+  when srun started the tasks without PMI (each would be rank 0 of 1);
 * with ``signal_seconds``, asks Slurm for SIGUSR1 that many seconds before the
   time limit (--signal=B:USR1@s); the trap forwards it to the solver, which
   writes its checkpoint, then requeues the job; the requeued job resumes from
@@ -33,6 +36,7 @@ from typing import NamedTuple
 
 from ..core.options import Option, Options
 from ..core.registry import lookup, names, register, unknown
+from .plugin import AUTO_COMMAND, PLUGIN
 
 # The batch script's options, which every workload takes (render_script's keywords).
 SCRIPT_OPTIONS = Options(
@@ -41,8 +45,10 @@ SCRIPT_OPTIONS = Options(
     Option("cpus_per_task", int, 1, "threads per rank (--cpus-per-task)", low=1),
     Option("time", str, "00:10:00", "the time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS"),
     Option("python", str, "python3", "the job's Python (MPIOPT_PYTHON overrides it when the job runs)"),
-    Option("launcher", str, "srun", "srun --mpi=pmi2, or the mpiexec beside the Python",
+    Option("launcher", str, "srun", "srun --mpi=PLUGIN, or the mpiexec beside the Python",
            choices=("srun", "mpiexec")),
+    Option("mpi", str, "auto", "srun's --mpi plugin: auto (chosen as the job starts: pmix for Open MPI, pmi2 for "
+                               "MPICH, among those srun --mpi=list offers) or a plugin name (pmix, pmi2, ...)"),
     Option("signal_seconds", int, None, "SIGUSR1 this many seconds before the time limit: checkpoint, requeue "
                                         "(None or 0: no signal)", low=0),
     Option("workdir", object, None, "the job's working directory, a path (--chdir; None: where it is submitted)"),
@@ -98,6 +104,9 @@ def script_options(workload, options):
         raise ValueError(f"time {time!r}: use minutes, MM:SS, HH:MM:SS or D-HH:MM:SS")
     if partition is not None and not NAME.fullmatch(partition):
         raise ValueError(f"partition {partition!r}: use letters, digits, '_', '.' or '-'")
+    if not PLUGIN.fullmatch(values["mpi"]):
+        raise ValueError(f"mpi {values['mpi']!r}: use auto or a plugin name of srun --mpi=list (letters, digits, "
+                         "'_')")
     return dict(values, job_name=job_name)
 
 
@@ -105,8 +114,8 @@ def render_script(workload, arguments=(), **options):
     """The text of a batch script that runs ``workload`` with ``arguments`` (a list of strings).
 
     ``options``: the workload's declared options (``registry.options("workload", workload)``): job_name,
-    ntasks, cpus_per_task, time, python, launcher, signal_seconds, workdir, partition, and checkpoint for a
-    workload that resumes."""
+    ntasks, cpus_per_task, time, python, launcher, mpi, signal_seconds, workdir, partition, and checkpoint for
+    a workload that resumes."""
     values = script_options(workload, options)
     launch = launch_line(workload, values, arguments)
     return "\n".join(sbatch_lines(values) + body_lines(values, launch)) + "\n"
@@ -122,7 +131,7 @@ def launch_line(workload, values, arguments):
     quoted = " ".join('"$CHECKPOINT"' if a is SCRIPT_CHECKPOINT else shlex.quote(a) for a in arguments)
     command = " ".join(shlex.quote(part) for part in lookup("workload", workload).argv)
     if values["launcher"] == "srun":
-        return f'srun --mpi=pmi2 "$PYTHON" {command} {quoted}'
+        return f'srun --mpi="$MPI_PLUGIN" "$PYTHON" {command} {quoted}'
     return f'"$(dirname "$PYTHON")/mpiexec" -n "$SLURM_NTASKS" "$PYTHON" {command} {quoted}'
 
 
@@ -147,9 +156,21 @@ def sbatch_lines(values):
     return lines
 
 
+def plugin_lines(values):
+    """With srun: the lines that set ``MPI_PLUGIN``, srun's --mpi (``MPIOPT_SRUN_MPI``, else the rendered
+    choice; ``auto`` asks :mod:`.plugin` with the job's Python, and a job that finds no plugin stops)."""
+    if values["launcher"] != "srun":
+        return []
+    return [
+        f'MPI_PLUGIN="${{MPIOPT_SRUN_MPI:-{values["mpi"]}}}"  # srun --mpi: pmix for Open MPI, pmi2 for MPICH',
+        f'if [ "$MPI_PLUGIN" = auto ]; then MPI_PLUGIN=$("$PYTHON" -c {shlex.quote(AUTO_COMMAND)}) || exit 2; fi',
+    ]
+
+
 def body_lines(values, launch):
-    """The script's commands: threads, the Python and the checkpoint path, the USR1 trap that checkpoints
-    and requeues near the time limit, the step started by ``launch`` and waited for, its exit status."""
+    """The script's commands: threads, the Python and the checkpoint path, srun's MPI plugin, the USR1 trap
+    that checkpoints and requeues near the time limit, the step started by ``launch`` and waited for, its exit
+    status."""
     return [
         "# Rendered by mpiopt (mpiopt.slurm.render_script); see docs/cluster.md.",
         "set -uo pipefail",
@@ -157,6 +178,7 @@ def body_lines(values, launch):
         'export OMP_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"',
         f"PYTHON=${{MPIOPT_PYTHON:-{shlex.quote(values['python'])}}}",
         'CHECKPOINT="${MPIOPT_CHECKPOINT:-${SLURM_JOB_NAME}-${SLURM_JOB_ID}.ckpt.npz}"',
+        *plugin_lines(values),
         'echo "mpiopt job $SLURM_JOB_ID (restart ${SLURM_RESTART_COUNT:-0}) on $SLURM_NTASKS tasks x '
         '$threads threads: $(date)"',
         "requeued=0",

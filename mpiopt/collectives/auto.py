@@ -45,8 +45,9 @@ class AutoReducer(Reducer):
         Option("small", str, "mpi", "the small-message algorithm", choices=tuple(SMALL))) + HierarchicalReducer.options
 
     def __init__(self, comm=None, check=True, small_bytes=SMALL_BYTES, small="mpi", node_of=None):
-        if small not in SMALL:
-            raise ValueError(f"small must be one of {', '.join(SMALL)}, got {small!r}")
+        problem = self.options["small"].problem(small)  # built directly, without get_reducer's check
+        if problem:
+            raise ValueError(problem)
         super().__init__(comm, check)
         self.small_bytes = int(small_bytes)
         self.small = SMALL[small](self.comm, check=False)

@@ -32,7 +32,9 @@ decoded payloads.  ``unbiased`` says whether E[decompress(compress(x))] = x;
 :class:`~mpiopt.compression.error_feedback.ErrorFeedback` by default (the
 biased, contractive ones).  ``options`` declares the constructor's arguments
 (:class:`~mpiopt.core.options.Options`: type, default, constraint, help), and
-the constructor checks its values through it (:meth:`Compressor.options_problem`).
+is the one place of their defaults and constraints: ``Compressor.__init__``
+checks the values given through it (:meth:`Compressor.options_problem`), fills
+in the declared defaults and sets each option as an attribute.
 
 **Tensors.**  ``per_tensor`` says whether the compressor works on a tensor's
 shape (PowerSGD's matrices) rather than on its elements: given a buffer that
@@ -41,7 +43,9 @@ reducer then hands it each tensor on its own, as the matrix
 :func:`tensor_matrix_shape` (PyTorch's ``view(shape[0], -1)``: a vector of n
 is n x 1), under its own name; the others see the buffer whole, flat.
 """
+import inspect
 import math
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -156,7 +160,7 @@ class Compressor(Declared):
     """Base class: argument checks, step counting, ``decompress``/``accumulate`` around the hooks.
 
     A subclass sets ``name``, the flags and ``options`` (its declared
-    constructor options, checked by ``check_options``: :class:`~mpiopt.core.options.Declared`), registers itself with
+    constructor options: :class:`~mpiopt.core.options.Declared`), registers itself with
     ``register("compressor", name)`` and implements ``context(shape, dtype,
     name, step)``, ``encode(flat, ctx)`` (a tuple of arrays that do not alias
     ``flat``) and ``decode(payload, ctx, flat_out)``; ``accumulate`` may be
@@ -170,9 +174,27 @@ class Compressor(Declared):
     per_tensor = False
     rounds = 1
 
-    def __init__(self):
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A constructor that takes its options by name (``**options``) shows the declared ones as its
+        # signature (help(), inspect, the docs); one written out shows its own.
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        by_name = [parameter.kind for parameter in parameters] == [inspect.Parameter.VAR_KEYWORD]
+        cls.__signature__ = declared_signature(cls.options) if by_name else None
+
+    def __init__(self, **options):
+        """``options`` by name, checked against the declaration (an undeclared one is a TypeError, as for any
+        constructor; a value outside it a ValueError), completed with the declared defaults and set as
+        attributes; a subclass adds only what follows from them (QSGD's levels)."""
         self._steps = {}
         self._scratch = Scratch()
+        undeclared = self.options.unknown(options, self.name)
+        if undeclared:
+            raise TypeError(undeclared)
+        values = {**self.options.defaults(), **options}
+        self.check_options(values)
+        for name, value in values.items():
+            setattr(self, name, as_declared(self.options[name], value))
 
     # -- the interface -----------------------------------------------------
     def context(self, shape, dtype, name=None, step=0):
@@ -254,6 +276,24 @@ class Compressor(Declared):
     def __repr__(self):
         arguments = ", ".join(f"{key}={value!r}" for key, value in self.settings().items())
         return f"{type(self).__name__}({arguments})"
+
+
+def declared_signature(options):
+    """The keyword-only signature of a constructor that takes the declared ``options``, with their defaults."""
+    return inspect.Signature([inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=(
+        inspect.Parameter.empty if option.required else option.default)) for name, option in options.items()])
+
+
+def as_declared(option, value):
+    """``value`` in the Python type ``option`` declares, where that loses nothing: an integer as int (numpy's
+    too), a bool as bool, an integer given for a float as float; None and any other value as given."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return value if option.type is not bool or value is None else bool(value)
+    if option.type is int and isinstance(value, numbers.Integral):
+        return int(value)
+    if option.type is float and isinstance(value, numbers.Integral):
+        return float(value)
+    return value
 
 
 def sparse_count(n, ratio, k):

@@ -117,12 +117,8 @@ class PowerSGD(Compressor):
         Option("warm_start", bool, True, "start each step from the last summed Q; False: a new draw each step"),
         seed_option("seed of the first Q (every rank must use the same)"))
 
-    def __init__(self, rank=1, min_compression_rate=2.0, warm_start=True, seed=0):
-        super().__init__()
-        self.check_options({"rank": rank, "min_compression_rate": min_compression_rate, "warm_start": warm_start,
-                            "seed": seed})
-        self.rank, self.min_compression_rate = int(rank), float(min_compression_rate)
-        self.warm_start, self.seed = bool(warm_start), seed
+    def __init__(self, **options):
+        super().__init__(**options)
         self._q = {}
 
     def context(self, shape, dtype, name=None, step=0):

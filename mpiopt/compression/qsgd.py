@@ -68,12 +68,8 @@ class QSGD(Compressor):
         seed_option("seed of the rounding noise"),
         Option("worker", int, 0, "this worker's noise stream (the compressed reducer sets it to the rank)", low=0))
 
-    def __init__(self, bits=8, bucket_size=512, norm="l2", seed=0, worker=0):
-        super().__init__()
-        self.check_options({"bits": bits, "bucket_size": bucket_size, "norm": norm, "seed": seed, "worker": worker},
-                           QSGD.options)
-        self.bits, self.bucket_size, self.norm = int(bits), int(bucket_size), norm
-        self.seed, self.worker = seed, int(worker)
+    def __init__(self, **options):
+        super().__init__(**options)
         self.levels = 2 ** (self.bits - 1) - 1
 
     def context(self, shape, dtype, name=None, step=0):
@@ -100,15 +96,11 @@ class QSGD(Compressor):
 class QSGD8(QSGD):
     name = "qsgd8"
     options = QSGD.options.without("bits")
-
-    def __init__(self, bucket_size=512, norm="l2", seed=0, worker=0):
-        super().__init__(8, bucket_size, norm, seed, worker)
+    bits = 8
 
 
 @register("compressor", "qsgd4")
 class QSGD4(QSGD):
     name = "qsgd4"
     options = QSGD.options.without("bits")
-
-    def __init__(self, bucket_size=512, norm="l2", seed=0, worker=0):
-        super().__init__(4, bucket_size, norm, seed, worker)
+    bits = 4

@@ -41,10 +41,8 @@ class RandomK(SparseCompressor):
         Option("unbiased", bool, True, "scale the values by n/k (unbiased); False: a contraction, with error "
                                        "feedback by default"))
 
-    def __init__(self, ratio=0.01, k=None, seed=0, unbiased=True):
-        super().__init__()
-        self.check_options({"ratio": ratio, "k": k, "seed": seed, "unbiased": unbiased})
-        self.ratio, self.k, self.seed, self.unbiased = ratio, k, seed, bool(unbiased)
+    def __init__(self, **options):
+        super().__init__(**options)
         self.error_feedback = not self.unbiased
 
     def context(self, shape, dtype, name=None, step=0):

@@ -42,11 +42,6 @@ class Sign(Compressor):
     options = Options(Option("scale", str, "l1", "the magnitude sent: the mean absolute value (l1, EF-signSGD) "
                                                  "or the root mean square (l2, 1-bit Adam)", choices=SCALES))
 
-    def __init__(self, scale="l1"):
-        super().__init__()
-        self.check_options({"scale": scale})
-        self.scale = scale
-
     def context(self, shape, dtype, name=None, step=0):
         size = element_count(shape)
         return self.make_context(shape, dtype, name, step, [(np.float32, 1), (np.uint8, -(-size // 8))])

@@ -35,11 +35,6 @@ class TopK(SparseCompressor):
     name = "topk"
     error_feedback = True
 
-    def __init__(self, ratio=0.01, k=None):
-        super().__init__()
-        self.check_options({"ratio": ratio, "k": k})
-        self.ratio, self.k = ratio, k
-
     def context(self, shape, dtype, name=None, step=0):
         size = element_count(shape)
         if size > MAX_INDEX:

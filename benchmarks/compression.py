@@ -139,7 +139,8 @@ def allreduce_part(args, comm, configs, say):
     allreduce = []
     baselines = [("MPI_Allreduce", "mpi", None, {}), ("ring", "ring", None, {})]
     for label, inner, name, options in baselines + [(label, "ring", name, options) for name, options, label in configs]:
-        reducer = get_reducer(inner, comm, compressor=name, **options) if name else get_reducer(inner, comm)
+        reducer = (get_reducer(inner, comm, compressor=name, compressor_options=options) if name else
+                   get_reducer(inner, comm))
         out = np.empty_like(gradient)
         call = (lambda: reducer.allreduce(gradient, out, name="gradient")) if name else (
             lambda: reducer.allreduce(gradient, out))

@@ -42,7 +42,8 @@ def decoded_sum(comm, compressor, x, name, step):
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("compressor", ALLGATHERED + SUMMED)
 def test_decoded_sum_equals_the_sum_of_every_ranks_decoded_payload(comm, compressor):
-    reducer = get_reducer("ring", comm, compressor=compressor, error_feedback=False, **OPTIONS.get(compressor, {}))
+    reducer = get_reducer("ring", comm, compressor=compressor, error_feedback=False,
+                          compressor_options=OPTIONS.get(compressor, {}))
     reference = twin(compressor, comm.rank)
     assert reducer.mode == ("allreduce" if compressor in SUMMED else "allgather")
     for step, n in enumerate(sizes(comm)):
@@ -74,7 +75,7 @@ def test_fp16_sums_of_exactly_representable_values_are_exact(comm):
 def test_two_pass_decodes_the_recompressed_sum_of_each_chunk(comm, compressor):
     """DeepSpeed's path: chunk j's payloads decoded and summed at rank j, compressed again there, gathered."""
     reducer = get_reducer("ring", comm, compressor=compressor, error_feedback=False, mode="two-pass",
-                          **OPTIONS.get(compressor, {}))
+                          compressor_options=OPTIONS.get(compressor, {}))
     workers = twin(compressor, comm.rank)
     servers = [twin(compressor, owner) for owner in range(comm.size)]
     for n in sizes(comm):
@@ -94,7 +95,8 @@ def test_two_pass_decodes_the_recompressed_sum_of_each_chunk(comm, compressor):
 def test_powersgd_over_ranks_equals_powersgd_of_the_sum(comm, error_feedback):
     """Both rounds are linear: P = (sum M_i) Q and Q = (sum M_i)^T P^, so the ranks get what one worker
     holding the sum would (without error feedback; with it, the first step)."""
-    reducer = get_reducer("ring", comm, compressor="powersgd", rank=2, error_feedback=error_feedback)
+    reducer = get_reducer("ring", comm, compressor="powersgd", compressor_options={"rank": 2},
+                          error_feedback=error_feedback)
     single = get_compressor("powersgd", rank=2)
     assert reducer.mode == "allreduce" and reducer.error_feedback == error_feedback
     for step in range(1 if error_feedback else 3):
@@ -122,7 +124,8 @@ def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode
     bias, small = rng.standard_normal(64), rng.standard_normal((3, 2, 2))
     buffer = np.concatenate([matrix.ravel(), bias, small.ravel()])
     shapes = [(64, 1024), (64,), (3, 2, 2)]
-    reducer = get_reducer("ring", comm, compressor="powersgd", rank=1, error_feedback=False, mode=mode)
+    reducer = get_reducer("ring", comm, compressor="powersgd", compressor_options={"rank": 1},
+                          error_feedback=False, mode=mode)
     exact = comm.allreduce(buffer)
     out = reducer.allreduce(buffer, name="bucket", shapes=shapes)
     assert np.linalg.norm(out - exact) <= 1e-14 * np.linalg.norm(exact)
@@ -140,7 +143,8 @@ def test_powersgd_compresses_each_tensor_of_a_buffer_in_its_own_shape(comm, mode
     with pytest.raises(ValueError, match="hold 65536 elements; the buffer has 65612"):
         reducer.allreduce(buffer, name="bad", shapes=[(64, 1024)])
     reducer.close()
-    two_pass = get_reducer("ring", comm, compressor="powersgd", rank=1, mode="two-pass")
+    two_pass = get_reducer("ring", comm, compressor="powersgd", compressor_options={"rank": 1},
+                           mode="two-pass")
     with pytest.raises(ValueError, match="two-pass"):
         two_pass.allreduce(buffer, name="bucket", shapes=shapes)
     two_pass.close()
@@ -190,7 +194,8 @@ def expected_ring_bytes(comm, count, itemsize):
 @pytest.mark.parametrize("compressor", ["fp16", "sign", "topk", "qsgd4", "randomk"])
 def test_bytes_counted_equal_the_payload_sizes(comm, compressor, mode):
     p, r = comm.size, comm.rank
-    with get_reducer("ring", comm, compressor=compressor, mode=mode, **OPTIONS.get(compressor, {})) as reducer:
+    with get_reducer("ring", comm, compressor=compressor, mode=mode,
+                     compressor_options=OPTIONS.get(compressor, {})) as reducer:
         assert reducer.counts_exact
         sent = received = 0
         for n in sizes(comm):
@@ -230,7 +235,7 @@ def test_bytes_counted_equal_the_payload_sizes(comm, compressor, mode):
 @pytest.mark.parametrize("compressor", ["sign", "topk", "powersgd"])
 def test_error_feedback_is_on_by_default_for_biased_compressors_and_loses_nothing(comm, compressor):
     """sum over calls of the results + every rank's residual = sum over calls of every rank's input."""
-    with get_reducer("ring", comm, compressor=compressor, **OPTIONS.get(compressor, {})) as reducer:
+    with get_reducer("ring", comm, compressor=compressor, compressor_options=OPTIONS.get(compressor, {})) as reducer:
         assert reducer.error_feedback and isinstance(reducer.compressor, ErrorFeedback)
         results = inputs = 0.0
         for step in range(4):
@@ -269,7 +274,10 @@ def test_mean_divides_the_sum_and_other_ops_and_dtypes_are_refused_on_every_rank
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 def test_options_go_to_the_compressor_or_the_inner_reducer_and_the_rest_is_delegated(comm):
-    with get_reducer("ring-seg", comm, compressor="topk", ratio=0.5, segment_bytes=16) as reducer:
+    with get_reducer("ring-seg", comm, compressor="topk", ratio=0.5, segment_bytes=16) as keywords:
+        assert keywords.inner.segment_bytes == 16 and keywords.compressor.compressor.ratio == 0.5  # the older form
+    with get_reducer("ring-seg", comm, compressor="topk", compressor_options={"ratio": 0.5},
+                     reducer_options={"segment_bytes": 16}) as reducer:
         assert isinstance(reducer, CompressedReducer) and reducer.inner.segment_bytes == 16
         assert reducer.compressor.compressor.ratio == 0.5 and reducer.counts_exact
         x = local_data(comm, 1001, np.float64)
@@ -287,15 +295,23 @@ def test_options_go_to_the_compressor_or_the_inner_reducer_and_the_rest_is_deleg
         get_reducer("ring", comm, compressor="sign", mode="allreduce")
     with pytest.raises(TypeError):
         get_reducer("ring", comm, compressor="topk", no_such_option=1)
+    with pytest.raises(TypeError, match="compressor 'topk' takes ratio, k; got segment_bytes"):
+        get_reducer("ring", comm, compressor="topk", compressor_options={"segment_bytes": 16})
+    with pytest.raises(TypeError, match="reducer 'ring' takes segment_bytes; got ratio"):
+        get_reducer("ring", comm, compressor="topk", reducer_options={"ratio": 0.5})
+    with pytest.raises(TypeError, match="not both"):
+        get_reducer("ring", comm, compressor="topk", compressor_options={"ratio": 0.5}, segment_bytes=16)
+    with pytest.raises(TypeError, match="compressor_options need the compressor by name"):
+        get_reducer("ring", comm, compressor=get_compressor("topk"), compressor_options={"ratio": 0.5})
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
 def test_a_restored_reducer_continues_exactly(comm):
-    first = get_reducer("ring", comm, compressor="powersgd", rank=2)
+    first = get_reducer("ring", comm, compressor="powersgd", compressor_options={"rank": 2})
     for step in range(2):
         first.allreduce(local_data(comm, 500, salt=step), name="w")
-    second = get_reducer("ring", comm, compressor="powersgd", rank=2)
+    second = get_reducer("ring", comm, compressor="powersgd", compressor_options={"rank": 2})
     second.load_state_dict(first.state_dict())
     x = local_data(comm, 500, salt=9)
     assert np.array_equal(first.allreduce(x, name="w"), second.allreduce(x, name="w"))

@@ -400,8 +400,10 @@ def test_gpu_compressed_allreduce_equals_numpy(comm, cupy, compressor, name, rou
     # 12 k with k = 127, sign's 4 + 159, QSGD's 4 buckets + 1266), which must not reach a kernel as such
     stream = random_stream(7, "gpu-compressed", comm.rank)
     options = {"ratio": 0.1} if compressor in ("topk", "randomk") else {}
-    with get_reducer(name, comm, compressor=compressor, cuda_aware=route == "direct", **options) as on_host, \
-            get_reducer(name, comm, compressor=compressor, cuda_aware=route == "direct", **options) as on_gpu:
+    with get_reducer(name, comm, compressor=compressor, compressor_options=options,
+                     cuda_aware=route == "direct") as on_host, \
+            get_reducer(name, comm, compressor=compressor, compressor_options=options,
+                        cuda_aware=route == "direct") as on_gpu:
         for step in range(3):  # error feedback and warm starts carry over the steps
             x = stream.standard_normal(n).astype(dtype)
             expected = on_host.allreduce(x, name="g", op="mean")

@@ -58,6 +58,22 @@ def test_cli_train_compresses_with_the_registered_compressor(tmp_path):
     assert sum(result["history"]["bytes_sent"]) > 0
 
 
+def test_cli_train_gives_each_piece_its_own_options_as_declared(tmp_path):
+    """--compressor-opt and --reducer-opt build one dict each, typed by the piece's declaration; the result
+    records them as they were given, and the run is the Python API's with the same dicts."""
+    output = tmp_path / "options.json"
+    completed = run_mpi(2, *TRAIN, "--quiet", "--max-steps", "3", "--reducer", "ring-seg", "--reducer-opt",
+                        "segment_bytes=256", "--compressor", "topk", "--compressor-opt", "ratio=0.05",
+                        "--compression-mode", "two-pass", "--output", str(output), timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    settings = json.loads(output.read_text())["info"]["settings"]
+    assert settings["reducer_options"] == {"segment_bytes": 256} and settings["compressor_options"] == {"ratio": 0.05}
+    assert settings["compression_mode"] == "two-pass"
+    refused = run_mpi(2, *TRAIN, "--quiet", "--reducer", "ring", "--reducer-opt", "small=rd", "--output",
+                      str(tmp_path / "refused.json"))
+    assert refused.returncode == 2 and "reducer 'ring' takes segment_bytes; got small" in refused.stderr
+
+
 def test_cli_train_bad_options_exit_with_one_clear_message(tmp_path):
     for arguments, message in ((["--momentum", "0.9"], "ranks 0-1: optimizer adam takes no momentum"),
                                (["--batch-size", "0"], "ranks 0-1: batch_size must be an integer >= 1, got 0"),

@@ -147,24 +147,32 @@ def test_unbiased_random_k_trains_without_error_feedback_by_default(comm):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("compressor, options, reducer, message", [
-    ("topk", {"ratio": 0}, "auto", "topk: ratio must be in (0, 1], got 0"),
-    ("topk", {"ratio": 1.5}, "auto", "topk: ratio must be in (0, 1], got 1.5"),
-    ("powersgd", {"ratio": 0.5}, "auto", "compressor 'powersgd' takes rank, min_compression_rate, warm_start, seed"),
-    ("powersgd", {"rank": 0}, "ring", "powersgd: rank must be an integer >= 1, got 0"),
-    ("qsgd", {"bits": 3}, "ring", "qsgd: bits must be 8 or 4, got 3"),
-    ("topk", {"ratio": 0.1, "mode": "allreduce"}, "ring", "compressor 'topk' is not linear"),
-    ("sign", {"error_feedback": True}, "ring", "reducer 'ring' takes segment_bytes; got error_feedback"),
+@pytest.mark.parametrize("compressor, settings, reducer, message", [
+    ("topk", {"compressor_options": {"ratio": 0}}, "auto", "compressor_options: topk: ratio must be in (0, 1], got 0"),
+    ("topk", {"compressor_options": {"ratio": 1.5}}, "auto",
+     "compressor_options: topk: ratio must be in (0, 1], got 1.5"),
+    ("powersgd", {"compressor_options": {"ratio": 0.5}}, "auto",
+     "compressor_options: compressor 'powersgd' takes rank, min_compression_rate, warm_start, seed"),
+    ("powersgd", {"compressor_options": {"rank": 0}}, "ring",
+     "compressor_options: powersgd: rank must be an integer >= 1, got 0"),
+    ("qsgd", {"compressor_options": {"bits": 3}}, "ring", "compressor_options: qsgd: bits must be 8 or 4, got 3"),
+    ("topk", {"compressor_options": {"ratio": 0.1}, "compression_mode": "allreduce"}, "ring",
+     "compression_mode: compressor 'topk' is not linear"),
+    ("sign", {"reducer_options": {"error_feedback": True}}, "ring",
+     "reducer_options: reducer 'ring' takes segment_bytes; got error_feedback"),
+    ("sign", {"compressor_options": {"segment_bytes": 4096}}, "ring",
+     "compressor_options: compressor 'sign' takes scale; got segment_bytes"),
 ])
-def test_bad_compressor_options_are_refused_before_any_work(comm, compressor, options, reducer, message):
-    """The same CollectiveError on every rank from the settings, naming the valid values (an 85-line
-    traceback on every rank from inside the reducer's construction, or a TypeError, before)."""
+def test_bad_compressor_options_are_refused_before_any_work(comm, compressor, settings, reducer, message):
+    """The same CollectiveError on every rank from the settings, naming the setting and the valid values (an
+    85-line traceback on every rank from inside the reducer's construction, or a TypeError, before)."""
     model, X, y = logistic_problem(rows=40, features=5)
     with pytest.raises(CollectiveError) as error:
-        train(model, X, y, get_optimizer("sgd", lr=0.1), comm, reducer=reducer, compressor=compressor,
-              compressor_options=options)
-    assert message in str(error.value) and "compressor_options" in str(error.value), str(error.value)
+        train(model, X, y, get_optimizer("sgd", lr=0.1), comm, reducer=reducer, compressor=compressor, **settings)
+    assert message in str(error.value), str(error.value)
     assert len(set(comm.allgather(str(error.value)))) == 1
-    assert compressor_options_problem(compressor, options, reducer) in str(error.value)
-    assert compressor_options_problem("topk", {"ratio": 0.1, "segment_bytes": 4096}, "ring-seg") is None
+    assert compressor_options_problem(compressor, settings.get("compressor_options"), reducer,
+                                      settings.get("reducer_options"),
+                                      settings.get("compression_mode", "auto")) in str(error.value)
+    assert compressor_options_problem("topk", {"ratio": 0.1}, "ring-seg", {"segment_bytes": 4096}) is None
     assert "compressor must be one of none, fp16" in compressor_options_problem("nope", {}, "ring")

@@ -39,6 +39,7 @@ def add_parser(commands):
                       "help": "the order of the batches, the starting point and the test split "
                               f"(default {TrainSettings.seed})"}}
     settings = add_settings_flags(group, TrainSettings, shown=shown, log="training")
+    add_options_flag(group, "reducer")
     group = train.add_argument_group("compressor options (declared by the compressors)")
     add_options_flag(group, "compressor")
     flags = _add_compressor_options(train, group)
@@ -46,7 +47,7 @@ def add_parser(commands):
     group.add_argument("--output", default="mpiopt_train.json", help="JSON result file (default %(default)s)")
     add_checkpoint_options(group, "training state", "steps")
     train.set_defaults(run=run_train, parser=train, compressor_flags=flags, train_settings=settings,
-                       check=lambda args: _compressor_choice(args)[1])
+                       check=lambda args: _compressor_choice(args)[1] or chosen_options(args, "reducer", args.reducer)[1])
 
 
 # a compressor option the command line does not offer: the compressed reducer gives each rank its own worker
@@ -127,7 +128,8 @@ def run_train(args, comm):
     check_writable(args.output, comm)
     check_writable(args.checkpoint, comm, what="checkpoint")
     compressor_options, problem = _compressor_choice(args)
-    check_collectively(comm, problem)  # before the data and the reducer (and when a Slurm job is rendered)
+    reducer_options, reducer_problem = chosen_options(args, "reducer", args.reducer)
+    check_collectively(comm, problem or reducer_problem)  # before the data and the reducer (and a Slurm job)
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
     model, problem = built("model", args.model, {}, {"n_features": data.n_features, "n_classes": data.n_classes,
                                                      "alpha": args.alpha, "hidden": args.hidden}, args)
@@ -136,7 +138,7 @@ def run_train(args, comm):
                                          {"lr": args.lr}, args)
     check_collectively(comm, problem or optimizer_problem)
     settings = dict(settings_from(args, args.train_settings, TrainSettings),
-                    compressor_options=compressor_options or None)
+                    compressor_options=compressor_options or None, reducer_options=reducer_options or None)
     result = train(model, data.X_train, data.y_train, optimizer, comm, checkpoint=args.checkpoint,
                    checkpoint_every=args.checkpoint_every, **settings)
     if comm.rank == 0:

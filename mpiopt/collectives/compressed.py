@@ -1,6 +1,6 @@
 """The compressed reducer: any compressor (:mod:`mpiopt.compression`) over any reducer.
 
-    reducer = get_reducer("ring", comm, compressor="topk", ratio=0.01)   # error feedback: on (biased)
+    reducer = get_reducer("ring", comm, compressor="topk", compressor_options={"ratio": 0.01})  # EF: on (biased)
     out = reducer.allreduce(grad, name="grad")            # op "sum" or "mean"; one name per buffer
     reducer.last_bytes_sent, reducer.last_bytes_received  # this call's payload bytes, this rank
     reducer.bytes_sent, reducer.bytes_received            # since construction or reset_counters()
@@ -83,50 +83,73 @@ from ..core.backend import get_array_module
 from ..core.partition import offsets
 from ..core.registry import lookup
 from . import device
-from .base import Reducer, check_reducer_options, reducer_options_problem
+from .base import Reducer, check_reducer_options
 from .traffic import ring_allgather_bytes, ring_allreduce_bytes
 
 MODES = ("auto", "allreduce", "allgather", "two-pass")
 EXACT_COUNTS = ("ring", "ring-seg")
 
 
-def compressor_options_problem(compressor, options, reducer="auto"):
-    """What is wrong with ``options`` (a dict) for ``get_reducer(reducer, comm, compressor=compressor,
-    **options)``, in one line naming the valid choices, or None; builds no communicator and sends nothing,
-    so every rank can check before any work (the trainer's settings do, collectively).
+def compressed_reducer_problem(compressor, compressor_options=None, reducer="auto", reducer_options=None,
+                               mode="auto"):
+    """(the argument, its one-line problem) of the first thing wrong with ``CompressedReducer(reducer, comm,
+    compressor, compressor_options, reducer_options, mode=mode)``, or None; builds no communicator and sends
+    nothing, so every rank can check before any work (the trainer's settings do, collectively).
 
-    Each option must be one the compressor declares, ``mode``, or one the inner reducer declares
-    (``registry.options``); the values must meet the declarations (``ratio`` in (0, 1], ``rank`` >= 1,
-    ``bits`` 8 or 4, ...), then the compressor's own relations, and ``mode`` must suit the compressor."""
-    message = registry.unknown("compressor", compressor) or registry.unknown("reducer", reducer)
-    if message:
-        return message
-    own, inner = registry.options("compressor", compressor), registry.options("reducer", reducer)
-    unknown = sorted(name for name in options if name not in own and name not in inner and name != "mode")
-    if unknown:
-        return (f"compressor {compressor!r} takes {', '.join(own) or 'no options'} (and mode: "
-                f"{', '.join(MODES)}); reducer {reducer!r} takes {', '.join(inner) or 'no options'}; "
-                f"got {', '.join(unknown)}")
-    mine = {key: value for key, value in options.items() if key in own}
-    message = compressor_problem(compressor, mine) or reducer_options_problem(
-        reducer, {key: value for key, value in options.items() if key in inner and key not in own})
-    if message:
-        return message
-    try:
-        CompressedReducer._resolve_mode(options.get("mode", "auto"), get_compressor(compressor, **mine))
-    except (TypeError, ValueError) as error:
-        return str(error)
+    ``compressor_options`` are checked against the compressor's declaration (``ratio`` in (0, 1], ``rank``
+    >= 1, ``bits`` 8 or 4, ...) and its own relations, ``reducer_options`` against the reducer's, and ``mode``
+    must suit the compressor.  The argument is ``"compressor"``, ``"reducer"``, ``"compressor_options"``,
+    ``"reducer_options"`` or ``"mode"``."""
+    compressor_options, reducer_options = dict(compressor_options or {}), dict(reducer_options or {})
+    checks = (("compressor", lambda: registry.unknown("compressor", compressor)),
+              ("reducer", lambda: registry.unknown("reducer", reducer)),
+              ("compressor_options", lambda: compressor_problem(compressor, compressor_options)),
+              ("reducer_options", lambda: registry.options("reducer", reducer).problem(
+                  reducer_options, f"reducer {reducer!r}")),
+              ("mode", lambda: _mode_problem(mode, get_compressor(compressor, **compressor_options))))
+    for argument, check in checks:
+        message = check()
+        if message:
+            return argument, message
     return None
+
+
+def compressor_options_problem(compressor, compressor_options=None, reducer="auto", reducer_options=None,
+                               mode="auto"):
+    """The one-line problem of :func:`compressed_reducer_problem`, or None."""
+    found = compressed_reducer_problem(compressor, compressor_options, reducer, reducer_options, mode)
+    return None if found is None else found[1]
+
+
+def _mode_problem(mode, compressor):
+    """Why ``mode`` cannot move ``compressor``'s payloads, or None."""
+    if mode not in MODES:
+        return f"mode must be one of {', '.join(MODES)}, got {mode!r}"
+    if mode == "allreduce" and not compressor.linear:
+        return (f"compressor {compressor.name!r} is not linear: its payloads cannot be summed as they travel; "
+                "use mode 'allgather' or 'two-pass'")
+    return None
+
+
+def split_keywords(compressor, options):
+    """(compressor options, reducer options) of the older keyword form ``get_reducer(name, comm,
+    compressor=..., ratio=0.01, segment_bytes=...)``: the names the compressor declares go to it, the rest to
+    the reducer.  A compressor object takes no options."""
+    declared = registry.options("compressor", compressor) if isinstance(compressor, str) else ()
+    return ({key: value for key, value in options.items() if key in declared},
+            {key: value for key, value in options.items() if key not in declared})
 
 
 class CompressedReducer(Reducer):
     """``allreduce`` through a compressor (see the module docstring); built by
-    ``get_reducer(name, comm, compressor=..., error_feedback=None, mode="auto", **options)``.
+    ``get_reducer(name, comm, compressor=..., compressor_options=..., reducer_options=..., error_feedback=None,
+    mode="auto")``.
 
-    ``compressor`` is a registered name (its options are taken from ``options``
-    by the names the compressor declares; the rest go to the inner reducer
-    ``reducer``, checked against its declaration) or a compressor object (which then belongs to this reducer:
-    its state, such as PowerSGD's warm start, follows this reducer's calls).
+    ``compressor`` is a registered name, built with ``compressor_options`` (checked against its declaration),
+    or a compressor object (which then belongs to this reducer: its state, such as PowerSGD's warm start,
+    follows this reducer's calls).  The inner reducer ``reducer`` is built with ``reducer_options``, checked
+    against its declaration.  The older form passes both as keywords (``ratio=0.01, segment_bytes=4096``),
+    split by the names the compressor declares; it cannot be mixed with the dicts.
     A compressor with a ``worker`` option (QSGD: its noise stream) gets this
     rank as its worker, so that the ranks draw independent noise and the sum
     stays unbiased with the variance of independent terms: an object's worker
@@ -136,19 +159,25 @@ class CompressedReducer(Reducer):
 
     name = "compressed"
 
-    def __init__(self, reducer="ring", comm=None, compressor="none", error_feedback=None, mode="auto",
-                 check=True, cuda_aware=None, **options):
+    def __init__(self, reducer="ring", comm=None, compressor="none", compressor_options=None, reducer_options=None,
+                 error_feedback=None, mode="auto", check=True, cuda_aware=None, **keywords):
         super().__init__(comm, check)
         self.inner = None
         try:
+            if keywords and (compressor_options is not None or reducer_options is not None):
+                raise TypeError(f"give the options as compressor_options and reducer_options, or as keywords, "
+                                f"not both (got {', '.join(keywords)} as keywords)")
+            if keywords:
+                compressor_options, reducer_options = split_keywords(compressor, keywords)
             device.parse_setting(cuda_aware, "cuda_aware")
-            base, inner_options = self._build_compressor(compressor, options)
+            base = self._build_compressor(compressor, dict(compressor_options or {}))
             self.error_feedback = base.error_feedback if error_feedback is None else bool(error_feedback)
             self.compressor = ErrorFeedback(base) if self.error_feedback else base
             self.per_tensor = bool(getattr(base, "per_tensor", False))
             self.mode = self._resolve_mode(mode, base)
-            check_reducer_options(reducer, inner_options)
-            self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **inner_options)
+            reducer_options = dict(reducer_options or {})
+            check_reducer_options(reducer, reducer_options)
+            self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **reducer_options)
             if cuda_aware is not None:
                 self.cuda_aware = cuda_aware
         except Exception:
@@ -166,24 +195,23 @@ class CompressedReducer(Reducer):
                 raise ValueError("pass the bare compressor and error_feedback=True; the reducer adds it")
             if not isinstance(compressor, Compressor):
                 raise TypeError(f"compressor must be a registered name or a Compressor, got {compressor!r}")
+            if options:
+                raise TypeError(f"compressor_options need the compressor by name; got {', '.join(options)} for "
+                                f"{compressor!r}")
             if "worker" in compressor.options:
                 compressor.worker = self.rank  # built alike on every rank: make its noise independent per rank
-            return compressor, options
-        names = registry.options("compressor", compressor)
-        mine = {key: value for key, value in options.items() if key in names}
-        if "worker" in names:
-            mine.setdefault("worker", self.rank)  # independent noise on every rank
-        return get_compressor(compressor, **mine), {k: v for k, v in options.items() if k not in names}
+            return compressor
+        if "worker" in registry.options("compressor", compressor):
+            options.setdefault("worker", self.rank)  # independent noise on every rank
+        return get_compressor(compressor, **options)
 
     @staticmethod
     def _resolve_mode(mode, compressor):
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        problem = _mode_problem(mode, compressor)
+        if problem:
+            raise ValueError(problem)
         if mode == "auto":
             return "allreduce" if compressor.linear else "allgather"
-        if mode == "allreduce" and not compressor.linear:
-            raise ValueError(f"compressor {compressor.name!r} is not linear: its payloads cannot be summed "
-                             "as they travel; use mode 'allgather' or 'two-pass'")
         return mode
 
     def _set_cuda_aware(self, setting):

@@ -78,8 +78,9 @@ def train(model, X_local, y_local, optimizer, comm=None, *, params=None, log_str
 
     ``model`` and ``optimizer`` are objects, or registered names built on every rank with ``model_options``
     and ``optimizer_options`` through their declarations (a model's ``n_features`` defaults to the columns of
-    ``X_local``; :mod:`.named`).  ``compressor`` is a registered name with ``compressor_options``
-    (``compressor="powersgd", compressor_options={"rank": 4}``), checked against its declaration.
+    ``X_local``; :mod:`.named`).  ``reducer`` is a registered name with ``reducer_options`` and ``compressor``
+    one with ``compressor_options`` (``compressor="powersgd", compressor_options={"rank": 4}``), each dict
+    checked against its piece's declaration and passed to it as it is.
 
     Every rank passes the whole training set (the same on every rank; each
     reads its share of every global batch), its own optimizer (stages 1-3
@@ -146,13 +147,15 @@ def place(device, comm, X, y):
 
 
 def reducer_options(settings):
-    """The options of the reducer named by ``settings.reducer`` (a Reducer object given is used as it is)."""
+    """``get_reducer``'s options for the reducer named by ``settings.reducer`` (a Reducer object given is used as
+    it is): the reducer's own options, and with a compressor the compressed reducer's, each piece's as given."""
     options = {"check": False}  # every bucket's size is fixed by construction
-    if settings.compressor is not None:  # options the compressor lists go to it, the rest to the reducer;
-        # error feedback None: the compressor's own choice, as get_reducer makes it (unbiased ones get none)
-        options.update(compressor=settings.compressor, error_feedback=settings.error_feedback,
-                       **(settings.compressor_options or {}))
-    return options
+    if settings.compressor is None:
+        return dict(options, **(settings.reducer_options or {}))
+    # error feedback None: the compressor's own choice, as get_reducer makes it (unbiased ones get none)
+    return dict(options, compressor=settings.compressor, compressor_options=settings.compressor_options or {},
+                reducer_options=settings.reducer_options or {}, error_feedback=settings.error_feedback,
+                mode=settings.compression_mode)
 
 
 class Trainer:
@@ -195,6 +198,9 @@ class Trainer:
                 "drop_last": s.drop_last, "zero_stage": s.zero_stage, "bucket_bytes": s.bucket_bytes,
                 "optimizer": self.optimizer.name, "compressor": s.compressor,
                 "compressor_options": s.compressor_options, "error_feedback": self.error_feedback(),
+                # the mode moves the payloads (fp16's sums round in transit or not); named only when chosen,
+                # so that a run in the default mode keeps the fingerprint it always had
+                **({"compression_mode": s.compression_mode} if s.compression_mode != "auto" else {}),
                 # every hyperparameter: a resume at another lr, momentum, ... is refused, naming it
                 **{f"optimizer {name}": value for name, value in self.optimizer.hyperparameters().items()}}
 

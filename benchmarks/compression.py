@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import report  # noqa: E402
 from common import median_time, size_argument, start, write_result  # noqa: E402
 
-# name, options, label: each compressor at the settings the issue names.
+# name, options, label: each compressor at the settings of docs/compression.md's tables.
 CONFIGS = [
     ("none", {}, "none"),
     ("fp16", {}, "fp16"),

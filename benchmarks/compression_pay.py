@@ -5,7 +5,7 @@
 
 1. **Kernels, measured** (one thread, this process; numpy twins and compiled
    kernels timed alternately, median of --repeat): ``np.copyto`` of the
-   buffer, then for each compressor at its settings in the issue the work a
+   buffer, then for each compressor at its settings of docs/compression.md the work a
    rank does in one compressed all-reduce: compress (with error feedback
    where the compressed reducer adds it by default: e += x, C(e),
    e -= decoded; sign and Top-1% also without it, the compressor alone),
@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import report  # noqa: E402
 from common import size_argument, start, write_result  # noqa: E402
 
-# name, the compressor's options, error feedback, label: the compressors at the settings of the issue (and
+# name, the compressor's options, error feedback, label: the compressors at docs/compression.md's settings (and
 # PowerSGD at ranks 1 and 4); error feedback False measures the compressor alone, True adds it where the
 # compressor asks for it (the compressed reducer's default).
 CONFIGS = [

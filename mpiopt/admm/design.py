@@ -54,7 +54,7 @@ class Design:
             sums = A.sum(axis=0)
             total = float(self.rows)
         elif self.sparse and A.format in ("csr", "csc"):  # rows scaled in a copy (A^T kept as CSR for a CSR A):
-            weighted = A.copy()                           # no format conversions (20% of a Hessian, 50000 x 60)
+            weighted = A.copy()                           # no format conversions (a large share of a Hessian)
             if A.format == "csr":
                 weighted.data *= np.repeat(weights, np.diff(A.indptr))
                 core = self.transposed() @ weighted

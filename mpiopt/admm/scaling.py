@@ -160,8 +160,8 @@ AUTO_SMALL_BYTES = 64 << 10  # mpiopt.collectives.auto.SMALL_BYTES (mirrored: no
 VECTOR_PASSES = 40         # O(n) vector passes per iteration (rhs, relax, sums, z/u update, residual dots, Anderson)
 SQUARE_PASSES = 4.0        # ||A||_F^2 as (A * A).sum() without a fitted gamma_square: gamma_mem x this per byte
 RANKS = tuple(2 ** k for k in range(11))  # 1, 2, 4, ..., 1024
-# Transcendental passes of the logistic loss in units of newton_terms (logaddexp + tanh + products, one row),
-# measured on one core (numpy 2, m = 10^4 .. 10^6): dual_residual ~1.0, entropy ~0.9, margin_value ~0.5
+# Transcendental passes of the logistic loss in units of newton_terms (logaddexp + tanh + products, one row):
+# each pass's cost relative to newton_terms (docs/scaling.md, "Proximal Newton working sets", has the ratios)
 EXP_UNITS = {"newton_terms": 1.0, "dual_residual": 1.0, "entropy": 1.0, "margin_value": 0.5}
 CD_BYTES = 3 * DOUBLE      # bytes per coordinate update and column of H: its row read, the gradient read and written
 CACHE_LINE = 64            # bytes read per element of a column gathered from a row-major shard

@@ -1,14 +1,13 @@
 """``auto``: pick the all-reduce algorithm by message size.
 
-Measured on a 2-core machine at 2 and 4 ranks (docs/collectives.md):
+The rule follows the measurements of docs/collectives.md ("Choosing a reducer"):
 
-* below ``small_bytes`` (64 KiB) latency dominates and MPICH's MPI_Allreduce
-  is the fastest (our recursive doubling, driven from Python, takes 1.2-1.4x
-  its time at 8 B), so ``small`` defaults to ``mpi``; pass ``small="rd"`` to
-  stay on hand-written code;
-* from 64 KiB the node-aware shared-memory reducer wins wherever a node holds
-  more than one rank (1.5-2.7x MPI at 256 KiB - 4 MiB); with one rank per node
-  the ring is used (1.0-2.2x MPI from 1 MiB).
+* below ``small_bytes`` (64 KiB) latency dominates, and MPI's own
+  MPI_Allreduce beats hand-written code driven from Python, so ``small``
+  defaults to ``mpi``; pass ``small="rd"`` to stay on hand-written code;
+* from 64 KiB the node-aware shared-memory reducer, wherever a node holds
+  more than one rank (it moves no MPI messages within the node); with one
+  rank per node the ring, whose bandwidth term is optimal.
 
 Pass your own threshold after running benchmarks/allreduce.py on your machine.
 

@@ -20,7 +20,7 @@ buffers takes one of two routes, decided per call on each rank:
     shared-memory ``hier``, the parameter servers) always stage: their local
     reductions are numpy's, so a CuPy call gives bit for bit what a numpy call
     on the same values gives.  Cost: 2 n c_pcie more per call (c_pcie: seconds
-    per byte over PCIe, about 1/25 GB/s with pinned memory).  The pinned
+    per byte over PCIe; pinned memory is what lets the copies run at the link's speed).  The pinned
     buffers are kept per reducer and reused, grown when a larger one is asked.
 
 Whether MPI is CUDA-aware (:func:`cuda_aware`): the ``cuda_aware`` argument

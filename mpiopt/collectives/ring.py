@@ -67,17 +67,14 @@ the matching message; the ring then waits with ``MPI_Testall`` and
 ``sched_yield`` between polls instead (``yielding`` is True), so each of its
 2 (p-1) steps costs a switch, not a time slice.
 
-**Measured** (MPICH 5 ch4, shared memory with CMA single-copy transfers, 2
-cores; benchmarks/allreduce.py): from 1 MiB the plain ring runs at or above
-MPI_Allreduce at 2 and 4 ranks, under OSU's timing and back to back.
-Segments did not pay there: a transfer is copied by the receiving process
-inside its own MPI calls (no asynchronous progress), so the reduction of one
-segment cannot overlap the copy of the next, and each segment is one more
-rendezvous: 64 KiB segments ran at 0.5-0.8x the plain ring, 256 KiB at
-0.6-1.0x, 1 MiB and larger at 0.85-1.0x.  The default segment is therefore
-4 MiB: ``ring-seg`` is the plain ring until a chunk passes 4 MiB (a 16 MiB
-buffer at 4 ranks), where pipelining can start to pay on a network with
-asynchronous progress.
+**Segments.**  Over shared memory without asynchronous progress (MPICH's ch4
+with CMA single-copy transfers) a transfer is copied by the receiving process
+inside its own MPI calls, so the reduction of one segment cannot overlap the
+copy of the next, and each segment is one more rendezvous: small segments
+only add messages there (docs/collectives.md has the measurements).  The
+default segment is therefore 4 MiB: ``ring-seg`` is the plain ring until a
+chunk passes 4 MiB (a 16 MiB buffer at 4 ranks), where pipelining can start
+to pay on a network with asynchronous progress.
 """
 import os
 import weakref

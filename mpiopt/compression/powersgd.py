@@ -79,10 +79,10 @@ BROADCAST_COLUMNS = 128  # at r = 1, from this many columns a broadcast multiply
 def outer_product(p_hat, q, out):
     """``out = P^ Q^T`` (rows x cols) from P^ (rows x r) and Q (cols x r).
 
-    At r = 1 numpy's matmul (an inner dimension of 1) ran at a fifth of the speed of rank 4's (4096 x 4096
-    float32, one thread: 33 against 13 ms).  So at r = 1 the product is a broadcast multiply when rows are
-    long (cols >= ``BROADCAST_COLUMNS``: 5.4 ms at 4096 x 4096), and a matmul with P^ and Q padded by a zero
-    column when they are short (numpy's broadcast then pays per row: 21 against 12 ms at 2^20 x 16).  Both
+    At r = 1 numpy's matmul (an inner dimension of 1) is slower than rank 4's, which does four times the
+    work.  So at r = 1 the product is a broadcast multiply when rows are long (cols >= ``BROADCAST_COLUMNS``),
+    and a matmul with P^ and Q padded by a zero column when they are short (numpy's broadcast then pays per
+    row); docs/compression.md ("On the CPU: compiled kernels") has the times.  Both
     give the products p_i q_j bit for bit, except that a product of -0 may come out as +0 from the padded
     matmul (p_i q_j + 0 0)."""
     xp = get_array_module(out)

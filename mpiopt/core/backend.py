@@ -108,7 +108,7 @@ def cholesky(xp, matrix):
     """Lower Cholesky factor of a symmetric positive definite matrix."""
     if is_numpy(xp):
         import scipy.linalg
-        # Fortran order: LAPACK's triangular solves then read the factor without a copy (about 10% faster).
+        # Fortran order: LAPACK's triangular solves then read the factor without a copy.
         return np.asfortranarray(scipy.linalg.cholesky(matrix, lower=True, check_finite=False))
     return xp.linalg.cholesky(matrix)
 

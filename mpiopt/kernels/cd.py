@@ -8,10 +8,10 @@
     r   <- r + (new y_k - old y_k) H_k           (r the model's gradient at y)
 
 skipping coordinates with H_kk <= 0.  The numpy twin (:func:`sweep_numpy`) loops in Python with one
-O(k) numpy update per changed coordinate (about 4 us of interpreter time each: 20 ms of a 75 ms solve on a
-1000 x 10000 design); with numba installed (the ``fast`` extra) the same loop is compiled
-(:func:`sweep_compiled`): the same operations in the same order, without contraction into fused
-multiply-adds, so the two are bitwise equal (tests/test_kernels_cd.py).  ``MPIOPT_NUMBA=0`` keeps the twin
+O(k) numpy update per changed coordinate, so the interpreter's cost per coordinate dominates on a wide
+design (docs/admm.md, "Proximal Newton inner solves", has the times); with numba (the ``fast`` extra) the
+loop is compiled (:func:`sweep_compiled`): the same operations in the same order, without contraction
+into fused multiply-adds, so the two are bitwise equal (tests/test_kernels_cd.py).  ``MPIOPT_NUMBA=0`` keeps the twin
 (:mod:`.compiled`, the switch of every compiled kernel).
 """
 import math

@@ -1,8 +1,8 @@
 """float16 sums at memory speed: the ring's reduction of fp16 payloads, compiled, and its numpy twin.
 
 numpy adds float16 arrays one element at a time in software (each half
-widened to float32, added, rounded back): 95 ms for 8 M elements on one core,
-25 times a float32 add of twice the bytes.  The compressed reducer's
+widened to float32, added, rounded back), many times slower than a float32 add
+of twice the bytes (docs/compression.md has the times).  The compressed reducer's
 ``allreduce`` path sums fp16 payloads exactly so (mpiopt.collectives.compressed),
 so on the CPU that sum cost more than fp16 saved.  :func:`add` computes the same
 thing, compiled (:mod:`.compiled`): for each element
@@ -52,7 +52,7 @@ def add(a, b, out):
 def _add_compiled(a, b, out):
     """``out = half(float32(a) + float32(b))`` on the uint16 patterns, with :mod:`.compress_fast`'s exact
     widening and its rounding to the nearest half (the fp16 compressor's own conversions).  ``out`` must not
-    overlap ``a`` or ``b``: with it distinct the loop vectorizes (3-6x faster), see :func:`add`."""
+    overlap ``a`` or ``b``: with it distinct the loop vectorizes, see :func:`add`."""
     for i in range(a.size):
         left = np.uint32(_float32_bits_of_half(np.uint32(a[i]))).view(np.float32)
         right = np.uint32(_float32_bits_of_half(np.uint32(b[i]))).view(np.float32)

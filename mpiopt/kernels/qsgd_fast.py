@@ -46,15 +46,10 @@ by round keep the scalar multiplier and the vector units busy together (the
 round keys, the counter's constant words and the first round's zero product
 fold away: 18 products per block).
 
-**Cost** (one Zen 3 core at ~3.2 GHz, AVX2; 64 MiB of float32, bucket 512,
-l2; np.copyto 7.5 ms): Philox ~10 ns per block scalar alone, ~11 ns vector
-alone, ~7.5 ns interleaved (2 groups + 2 scalar blocks; ~90 instructions per
-block, issue-bound).  ``compress`` ~24 ms, the same for 8 and 4 bits: ~16 ms
-of rounds (2M blocks), ~6 ms of the quantize loop, under 1 ms more for the
-norms (their reads overlap the rounds); ``dequantize`` ~4 ms (memory-bound:
-64 MiB written).  So ~2.3 GB/s for compress + decompress, ~26% of np.copyto,
-with Philox4x64-10 alone at ~65% of the time.  The numpy twins: ~100 ms + ~11 ms
-(8 bits), ~110 ms + ~20 ms (4 bits).
+**Cost**: the Philox rounds, not memory, bound ``compress`` (the same for 8
+and 4 bits), which is why the interleaving above matters; ``dequantize`` is
+memory-bound.  The measured times are in docs/compression.md ("On the CPU:
+compiled kernels").
 
 numba comes through the one switch, :mod:`.compiled` (its ``jit`` options too);
 without numba, or on a big-endian machine (the words are read as little-endian

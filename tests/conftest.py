@@ -7,22 +7,26 @@ fails the run instead of blocking it; pytest-timeout's thread method exits the
 process, which makes mpiexec end the other ranks.
 
 Which MPI tests run at which rank count: every MPI test runs at 1 and 2 ranks.
-At 3 and 4 ranks (where ranks outnumber this machine's 2 cores and each
-collective waits on a rank that has no core) only the tests whose outcome
-can depend on the rank count beyond 2 run: those marked ``many_ranks`` (a
-module's ``pytestmark`` or a test's own mark: the collectives' steps, the same
-answer at any rank count, clients or workers spread over ranks) and those
-parametrized with an ``uneven`` or ``empty`` shard layout.  The others are
-reported as skipped there, with that reason.
+At 3 ranks (where ranks outnumber this machine's 2 cores and each collective
+waits on a rank that has no core) only the tests whose outcome can depend on
+the rank count beyond 2 run: those marked ``many_ranks`` (a module's
+``pytestmark`` or a test's own mark: the same answer at any rank count,
+clients or workers spread over ranks) and those parametrized with an
+``uneven`` or ``empty`` shard layout.  At 4 ranks only the tests marked
+``every_rank_count`` run: the collectives, whose own steps and partners change
+again at a power of two (recursive doubling, the node-aware reducers); the
+rest take the same code path at 4 ranks as at 3.  The others are deselected
+there.
 
-On which communicator: the ``comm`` fixture runs every MPI test twice, as
-mpi4py's suite runs its tests on WORLD, SELF and duplicated communicators:
-``world`` is ``MPI.COMM_WORLD``; ``split`` is a communicator split from it with
-every rank in it in reversed order (rank r of COMM_WORLD is rank size - 1 - r
+On which communicator: the ``comm`` fixture has two variants, as mpi4py's
+suite runs its tests on WORLD, SELF and duplicated communicators: ``world``
+is ``MPI.COMM_WORLD``; ``split`` is a communicator split from it with every
+rank in it in reversed order (rank r of COMM_WORLD is rank size - 1 - r
 there), so a test or a piece of mpiopt that uses COMM_WORLD or a world rank
-instead of the ``comm`` it was given fails there.  The ``split`` runs are at 1
-and 2 ranks only (at 2 ranks every rank already has another number there); at
-3 and 4 ranks they are reported as skipped, with that reason.
+instead of the ``comm`` it was given fails there.  Each stage runs one of
+them, so that every test meets both: ``split`` at 2 ranks (where every rank
+has another number in it), ``world`` at 1, 3 and 4 ranks (at 1 rank the two
+are the same one-rank group).  The other variant is deselected.
 """
 import os
 import subprocess
@@ -134,7 +138,7 @@ RANK_COUNT_LAYOUTS = {"uneven", "empty"}  # layouts whose shards change with the
 
 
 def needs_many_ranks(item):
-    """Whether an MPI test also runs at 3 and 4 ranks (see the module docstring)."""
+    """Whether an MPI test also runs at 3 ranks (see the module docstring)."""
     if item.get_closest_marker("many_ranks"):
         return True
     params = getattr(getattr(item, "callspec", None), "params", {})
@@ -142,28 +146,40 @@ def needs_many_ranks(item):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "many_ranks: an MPI test that also runs at 3 and 4 ranks")
+    config.addinivalue_line("markers", "many_ranks: an MPI test that also runs at 3 ranks")
+    config.addinivalue_line("markers", "every_rank_count: an MPI test that also runs at 3 and 4 ranks")
+    if MPI.COMM_WORLD.rank > 0:
+        config.option.durations = None  # the slowest tests once per stage, from rank 0
 
 
-def on_split_communicator(item):
-    """Whether a test runs on the ``split`` variant of the ``comm`` fixture."""
-    return getattr(getattr(item, "callspec", None), "params", {}).get("comm") == "split"
+def communicator_variant(item):
+    """The ``comm`` fixture's variant a test runs on, or None when it does not take that fixture."""
+    return getattr(getattr(item, "callspec", None), "params", {}).get("comm")
+
+
+def runs_at_this_rank_count(item, size):
+    """Whether an MPI test runs at ``size`` ranks (see the module docstring)."""
+    variant = communicator_variant(item)
+    if variant is not None and variant != ("split" if size == 2 else "world"):
+        return False
+    if size <= 2:
+        return True
+    if item.get_closest_marker("every_rank_count"):
+        return True
+    return size == 3 and needs_many_ranks(item)
 
 
 def pytest_collection_modifyitems(config, items):
-    if MPI.COMM_WORLD.size <= 2:
-        return
-    skip = pytest.mark.skip(reason="runs at 1 and 2 ranks; at 3 and 4 ranks only the tests marked many_ranks "
-                                   "or with uneven or empty shards run (tests/conftest.py)")
-    skip_split = pytest.mark.skip(reason="the split (reversed-rank) communicator runs at 1 and 2 ranks; at 3 and "
-                                         "4 ranks only COMM_WORLD does (tests/conftest.py)")
+    size = MPI.COMM_WORLD.size
+    kept, deselected = [], []
+    only_mpi = config.getoption("--only-mpi", default=False)
     for item in items:
-        if not item.get_closest_marker("mpi"):
-            continue
-        if not needs_many_ranks(item):
-            item.add_marker(skip)
-        elif on_split_communicator(item):
-            item.add_marker(skip_split)
+        mpi = item.get_closest_marker("mpi")
+        wanted = runs_at_this_rank_count(item, size) if mpi else not only_mpi
+        (kept if wanted else deselected).append(item)
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = kept
 
 
 def pytest_runtest_logreport(report):

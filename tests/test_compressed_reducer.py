@@ -9,7 +9,7 @@ from mpiopt.compression import ErrorFeedback, get_compressor
 from mpiopt.core import CollectiveError
 from mpiopt.core.partition import offsets
 
-pytestmark = pytest.mark.many_ranks  # the ring's steps and the gathered payloads change with every rank count
+pytestmark = pytest.mark.every_rank_count  # the ring's steps and the gathered payloads change with every rank count
 
 ALLGATHERED = ["bf16", "qsgd8", "qsgd4", "sign", "topk"]
 SUMMED = ["none", "fp16", "randomk"]

@@ -11,7 +11,7 @@ from mpiopt.collectives.ring import PLAN_CACHE
 from mpiopt.collectives.traffic import ring_allgather_bytes, ring_allreduce_bytes
 from mpiopt.core.partition import offsets
 
-pytestmark = [pytest.mark.many_ranks, pytest.mark.timeout(120)]  # the ring's steps change with every rank count
+pytestmark = [pytest.mark.every_rank_count, pytest.mark.timeout(120)]  # the ring's steps change with every rank count
 
 VARIANTS = ["ring", "ring-seg", "ring-seg-tiny"]
 DTYPES = [np.float64, np.float32, np.float16, np.int32, np.int64, np.uint8, np.int8]

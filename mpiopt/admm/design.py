@@ -4,15 +4,14 @@ The losses never touch A directly: they ask for A x, A^T w and the Gram
 matrices here, so dense numpy, CuPy and scipy.sparse (CSR/CSC) shards share one
 code path, and an intercept is a column of ones that is never materialised.
 """
+import sys
+
 import numpy as np
 
 
 def is_sparse(A):
-    try:
-        import scipy.sparse
-    except ImportError:
-        return False
-    return scipy.sparse.issparse(A)
+    sparse = sys.modules.get("scipy.sparse")  # not imported: A cannot be sparse, and a dense run never imports it
+    return sparse is not None and sparse.issparse(A)
 
 
 class Design:

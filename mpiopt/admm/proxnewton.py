@@ -35,7 +35,6 @@ import numpy as np
 from mpi4py import MPI
 
 from ..core.signals import pending
-from ..kernels.cd import sweep
 from .gap import certificate_of, dual_point
 from .penalties import PROX_NEWTON, capabilities_of
 
@@ -86,6 +85,7 @@ def penalized_quadratic(H, grad, x, l1, l2, free, tolerance, max_epochs=MAX_EPOC
     free) ones until their own violation is met, then a full sweep again, until a full sweep leaves the
     violation met.
     Returns (y, epochs)."""
+    from ..kernels.cd import sweep  # here, not at the top: it imports numba, which only these sweeps need
     size = len(x)
     y = np.array(x, dtype=float)
     r = np.array(grad, dtype=float)  # the model's smooth gradient at y: grad + H (y - x)

@@ -27,8 +27,6 @@ topology takes ``rho``, one time for every edge.
 import math
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components, shortest_path
 
 from ..core.options import Option, Options
 from ..core.registry import lookup, names, options, register
@@ -56,6 +54,7 @@ class Graph:
             key = (min(i, j), max(i, j))
             clean[key] = min(rho, clean.get(key, math.inf))
         self.edges = [(i, j, rho) for (i, j), rho in sorted(clean.items())]
+        from scipy.sparse.csgraph import connected_components  # here, not at the top: only graphs need scipy.sparse
         if self.n > 1 and connected_components(self._matrix(), directed=False)[0] != 1:
             raise ValueError(f"the graph of {self.n} workers is not connected: some workers cannot be reached")
         self._times = self._predecessors = None
@@ -65,6 +64,7 @@ class Graph:
         rows = [i for i, _, _ in self.edges] + [j for _, j, _ in self.edges]
         cols = [j for _, j, _ in self.edges] + [i for i, _, _ in self.edges]
         weights = [rho or 1e-300 for _, _, rho in self.edges] * 2
+        from scipy.sparse import coo_matrix  # here, not at the top: only graphs need scipy.sparse
         return coo_matrix((weights, (rows, cols)), shape=(self.n, self.n)).tocsr()
 
     def neighbours(self, worker):
@@ -73,6 +73,7 @@ class Graph:
     def times(self):
         """tau[i, j], the shortest-path time from i to j (0 on the diagonal)."""
         if self._times is None:
+            from scipy.sparse.csgraph import shortest_path  # here, not at the top: only graphs need scipy.sparse
             times, self._predecessors = shortest_path(self._matrix(), method="D", directed=False,
                                                       return_predecessors=True)
             times[times < 1e-250] = 0.0

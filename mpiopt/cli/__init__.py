@@ -18,19 +18,25 @@ Exit status, the same for every subcommand: 0 done; 2 a usage or input error
 its checkpoint (run the same command again to resume).  ``mpiopt slurm
 --wait`` exits with the job's exit status.
 """
+import importlib
 import sys
 
 from .. import __version__
-from . import asyncsgd, federated, slurm, solve, train
 from .common import (EXIT_STATUS, EXIT_USAGE, CheckingParser, CommandError, HelpFormatter, Parser,
                      guard_against_plain_srun, registry_listing)
 
 __all__ = ["CheckingParser", "CommandError", "Parser", "build_parser", "main", "parse_arguments"]
 
 
-def build_parser(parser_class=Parser):
-    from .. import slurm as _slurm  # noqa: F401 (registers the workloads)
-    from ..admm import solver as _solver  # noqa: F401 (registers the losses, penalties and x-solvers)
+# subcommand -> the module that adds its parser, in the order of the listing; a module is imported only when
+# its subcommand is named (or when the top level lists them all), so a run pays for its own imports alone
+SUBCOMMANDS = {"lasso": "solve", "solve": "solve", "train": "train", "federated": "federated",
+               "async-sgd": "asyncsgd", "slurm": "slurm"}
+
+
+def build_parser(parser_class=Parser, command=None):
+    """The command line's parser: every subcommand, or with ``command`` (a name of ``SUBCOMMANDS``) only the
+    subcommands of its module, the others' modules left unimported."""
     parser = parser_class(
         prog="mpiopt", description="Distributed optimization on MPI ranks. Run under mpiexec -n N.",
         epilog=EXIT_STATUS)
@@ -40,20 +46,26 @@ def build_parser(parser_class=Parser):
                              "MPIOPT_PLUGINS=MOD1,MOD2 and the mpiopt.plugins entry points); may come anywhere "
                              "on the line")
     commands = parser.add_subparsers(dest="command", required=True)
-    solve.add_parsers(commands)
-    train.add_parser(commands)
-    federated.add_parser(commands)
-    asyncsgd.add_parser(commands)
-    slurm.add_parser(commands)
+    modules = [SUBCOMMANDS[command]] if command else SUBCOMMANDS.values()
+    for name in dict.fromkeys(modules):
+        module = importlib.import_module(f".{name}", __name__)
+        (getattr(module, "add_parsers", None) or module.add_parser)(commands)  # solve adds lasso and solve
     for subcommand in commands.choices.values():
         subcommand.formatter_class = HelpFormatter
         subcommand.epilog = "\n".join(registry_listing(subcommand) + ["", EXIT_STATUS])
     return parser
 
 
+def named_command(argv):
+    """The subcommand ``argv`` names first (its ``--plugin`` options aside), or None: top-level help, the
+    version, no subcommand or an unknown one, which the full parser answers with every subcommand listed."""
+    rest, _ = plugin_arguments(argv)
+    return rest[0] if rest and rest[0] in SUBCOMMANDS else None
+
+
 def parse_arguments(argv, parser_class=Parser):
     """The command line's namespace; an unknown argument is an error of its subcommand (with its usage)."""
-    args, unknown = build_parser(parser_class).parse_known_args(argv)
+    args, unknown = build_parser(parser_class, named_command(argv)).parse_known_args(argv)
     if unknown:  # reported with the subcommand's usage, not the top level's
         args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     return args

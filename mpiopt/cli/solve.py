@@ -155,6 +155,7 @@ def _summary(result):
 
 def run_lasso(args, comm):
     import numpy as np
+    import scipy.linalg  # noqa: F401 (the factorizations' module, imported before the solver's clock starts)
 
     from ..admm import lasso
     from ..core.io import check_writable, write_json
@@ -191,6 +192,7 @@ def run_lasso(args, comm):
 
 def run_solve(args, comm):
     import numpy as np
+    import scipy.linalg  # noqa: F401 (the factorizations' module, imported before the solver's clock starts)
 
     from ..admm import solve
     from ..core.comm import check_collectively

@@ -85,7 +85,6 @@ from ..core import registry
 from ..core.comm import CollectiveError, check_collectively, resolve_comm
 from ..core.options import NO_OPTIONS
 from ..core.partition import offsets
-from ..kernels import halves
 from . import device
 from .traffic import ring_allgather_bytes, ring_allreduce_bytes, ring_reduce_scatter_bytes
 
@@ -100,6 +99,7 @@ def combiner(ufunc, dtype):
     """What a hand-written reducer calls as ``combine(a, b, out=...)`` for ``ufunc`` on ``dtype``: the ufunc,
     or for a float16 sum :func:`mpiopt.kernels.halves.add` (compiled, numpy's float16 sum bit for bit; numpy
     adds halves one element at a time in software, slower than the wire it saves)."""
+    from ..kernels import halves  # here, not at the top: it imports numba, which only float16 sums need
     return halves.add if ufunc is np.add and np.dtype(dtype) == np.float16 else ufunc
 
 

@@ -52,6 +52,7 @@ def compressor_problem(name, options):
 def get_compressor(name, **options):
     """A compressor by registered name; ``options`` go to its constructor, checked against its declaration
     first: RegistryError for an unknown name, TypeError for an undeclared option, ValueError for a bad value."""
+    from ..kernels import compress_fast, qsgd_fast  # noqa: F401 (numba's import, before a run's clock starts)
     try:
         lookup("compressor", name)
     except RegistryError as error:

@@ -16,7 +16,6 @@ import io
 import os
 
 import numpy as np
-import scipy.sparse
 
 from ..core.comm import check_collectively, resolve_comm
 from ..core.io import write_atomic
@@ -60,6 +59,7 @@ def _read_shard(path):
     with np.load(path, allow_pickle=False) as stored:
         if "A" in stored.files:
             return stored["A"], stored["b"]
+        import scipy.sparse  # here, not at the top: a quarter of a second that only sparse data needs
         matrix = scipy.sparse.csr_matrix((stored["data"], stored["indices"], stored["indptr"]),
                                          shape=tuple(stored["shape"]))
         return matrix, stored["b"]
@@ -67,6 +67,7 @@ def _read_shard(path):
 
 def split_file(path, parts, folder, keys=("A", "b")):
     """Write ``parts`` per-rank shards of ``path`` into ``folder``; returns their paths (one process)."""
+    import scipy.sparse  # here, not at the top: a quarter of a second that a run reading dense rows never needs
     from mpi4py import MPI
     path = os.fspath(path)
     extension = os.path.splitext(path)[1].lower()

@@ -12,7 +12,6 @@ scikit-learn's load_svmlight_file).  Returns a CSR matrix and the labels.
 import os
 
 import numpy as np
-import scipy.sparse
 from mpi4py import MPI
 
 from ..core.comm import check_collectively, resolve_comm
@@ -81,6 +80,7 @@ def read_svmlight_rows(path, comm=None, n_features=None, zero_based="auto"):
     elif n_features is not None and columns > n_features:
         problem = f"{path}: index {largest} needs {columns} columns, more than n_features={n_features}"
     check_collectively(comm, problem)
+    import scipy.sparse  # here, not at the top: a quarter of a second that only reading these files needs
     matrix = scipy.sparse.csr_matrix((values, indices - offset, indptr),
                                      shape=(labels.size, n_features or columns))
     return matrix, labels

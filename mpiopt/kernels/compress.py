@@ -59,15 +59,40 @@ on either backend (a CUDA thread per block of eight elements; numpy's own
 data, the seed, the stream key and the step.
 """
 import functools
+import importlib
 
 import numpy as np
 
 from ..core.backend import get_array_module
-from . import compress_fast as fast
-from . import qsgd_fast
-from .compiled import enabled
 from .loader import raw_module
 from .philox import ELEMENTS_PER_BLOCK, add_uniform, philox4x64, philox_key, philox_uniform
+
+
+class _OnFirstUse:
+    """Stands for a module of this package (or one of its attributes) until first used, then imports it and
+    takes its place in this module: .compiled, .compress_fast and .qsgd_fast import numba (a quarter of a
+    second), which a process that imports the compressors and never compresses (a solver, through
+    mpiopt.collectives) should not pay for."""
+
+    def __init__(self, alias, module, attribute=None):
+        self.alias, self.module, self.attribute = alias, module, attribute
+
+    def _load(self):
+        loaded = importlib.import_module(self.module, __package__)
+        loaded = getattr(loaded, self.attribute) if self.attribute else loaded
+        globals()[self.alias] = loaded
+        return loaded
+
+    def __getattr__(self, name):
+        return getattr(self._load(), name)
+
+    def __call__(self, *args, **kwargs):
+        return self._load()(*args, **kwargs)
+
+
+fast = _OnFirstUse("fast", ".compress_fast")
+qsgd_fast = _OnFirstUse("qsgd_fast", ".qsgd_fast")
+enabled = _OnFirstUse("enabled", ".compiled", "enabled")
 
 NORM_MARGIN = 1.0 + 2.0 ** -20  # norms are stored rounded up by this factor (|y| < s despite the roundings)
 NORMS = ("l2", "max")

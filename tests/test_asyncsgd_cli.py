@@ -177,7 +177,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work(tmp_path):
 def test_async_sgd_is_a_slurm_workload_that_does_not_resume(tmp_path):
     assert "async-sgd" in names("workload")
     script = render_script("async-sgd", ["--runtime", "mpi", "--method", "all"], ntasks=5)
-    assert 'srun --mpi=pmi2 "$PYTHON" -m mpiopt async-sgd --runtime mpi --method all &' in script
+    assert 'srun --mpi="$MPI_PLUGIN" "$PYTHON" -m mpiopt async-sgd --runtime mpi --method all &' in script
     assert "--checkpoint" not in script
     completed = run_one("-m", "mpiopt", "slurm", "async-sgd", "-n", "3", "--render-only", "--", "--quiet",
                         cwd=tmp_path)

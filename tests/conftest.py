@@ -179,7 +179,9 @@ def pytest_collection_modifyitems(config, items):
         (kept if wanted else deselected).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = kept
+    # The Slurm jobs mostly wait on the scheduler (a requeue takes minutes): started first, that wait overlaps
+    # the rest of the stage on pytest-xdist's other workers instead of trailing it.
+    items[:] = sorted(kept, key=lambda item: not item.get_closest_marker("slurm"))
 
 
 def pytest_runtest_logreport(report):

@@ -45,7 +45,6 @@ is n x 1), under its own name; the others see the buffer whole, flat.
 """
 import inspect
 import math
-import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -188,13 +187,7 @@ class Compressor(Declared):
         attributes; a subclass adds only what follows from them (QSGD's levels)."""
         self._steps = {}
         self._scratch = Scratch()
-        undeclared = self.options.unknown(options, self.name)
-        if undeclared:
-            raise TypeError(undeclared)
-        values = {**self.options.defaults(), **options}
-        self.check_options(values)
-        for name, value in values.items():
-            setattr(self, name, as_declared(self.options[name], value))
+        self.take_options(values=options)
 
     # -- the interface -----------------------------------------------------
     def context(self, shape, dtype, name=None, step=0):
@@ -282,18 +275,6 @@ def declared_signature(options):
     """The keyword-only signature of a constructor that takes the declared ``options``, with their defaults."""
     return inspect.Signature([inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=(
         inspect.Parameter.empty if option.required else option.default)) for name, option in options.items()])
-
-
-def as_declared(option, value):
-    """``value`` in the Python type ``option`` declares, where that loses nothing: an integer as int (numpy's
-    too), a bool as bool, an integer given for a float as float; None and any other value as given."""
-    if value is None or isinstance(value, (bool, np.bool_)):
-        return value if option.type is not bool or value is None else bool(value)
-    if option.type is int and isinstance(value, numbers.Integral):
-        return int(value)
-    if option.type is float and isinstance(value, numbers.Integral):
-        return float(value)
-    return value
 
 
 def sparse_count(n, ratio, k):

@@ -142,6 +142,21 @@ class Option:
             raise ValueError(f"{self.name} must be {_a(self.constraint())}, got {text!r}") from None
         return text
 
+    def typed(self, value):
+        """``value`` (already accepted by :meth:`problem`) as the declared Python type: an int option's
+        integer (numpy's too) as int, a float option's real number (an integer, a numpy float) as float, a
+        bool option's as bool; None, a choice and any other type as given.  Pieces keep their options in
+        this form, so that their arithmetic is Python's and their settings are JSON."""
+        if value is None or self.choices is not None:
+            return value
+        if self.type is bool:
+            return bool(value)
+        if self.type is int:
+            return int(value)
+        if self.type is float:
+            return float(value)
+        return value
+
     def describe(self):
         """``gamma (float > 1, default 3): concavity`` for help texts and docs."""
         default = "required" if self.required else f"default {self.default!r}" if isinstance(
@@ -286,9 +301,10 @@ def seed_option(help_text):
 
 class Declared:
     """A piece whose ``options`` declaration checks its constructor's values (a compressor, a model, an
-    optimizer): its constructor calls :meth:`check_options`, and
-    :func:`mpiopt.core.registry.piece_problem` / :func:`~mpiopt.core.registry.build` run the same checks by
-    kind and registered name before anything is built."""
+    optimizer, a federated strategy, hook or attack): its constructor calls :meth:`take_options` (or
+    :meth:`check_options` for values it keeps itself), and :func:`mpiopt.core.registry.piece_problem` /
+    :func:`~mpiopt.core.registry.build` run the same checks by kind and registered name before anything is
+    built."""
 
     name = "piece"
     options = NO_OPTIONS
@@ -305,3 +321,29 @@ class Declared:
         problem = type(self).options_problem(values, options)
         if problem:
             raise ValueError(problem)
+
+    def take_options(self, args=(), values=None, *, complete=False, keep=True):
+        """The options of ``args`` (positional, in declaration order) and ``values`` (by name), checked against
+        ``type(self).options`` by :meth:`options_problem`, completed with its defaults, each as its declared
+        type (:meth:`Option.typed`) and, with ``keep``, set as an attribute of its name; the dict of them in
+        declaration order.  TypeError for an undeclared option (and, with ``complete``, a required one left
+        out), as for any constructor; ValueError for a value the declaration refuses."""
+        declared, values = type(self).options, dict(values or {})
+        if len(args) > len(declared):
+            raise TypeError(f"{self.name} takes at most {len(declared)} options ({', '.join(declared)}), "
+                            f"got {len(args)} positional values")
+        for name, value in zip(declared, args):
+            if name in values:
+                raise TypeError(f"{self.name}: {name} given twice")
+            values[name] = value
+        message = declared.unknown(values, self.name)
+        missing = [name for name, option in declared.items() if complete and option.required and name not in values]
+        if message or missing:
+            raise TypeError(message or f"{self.name} needs {', '.join(missing)}")
+        values = {**declared.defaults(), **values}
+        self.check_options(values)
+        resolved = {name: declared[name].typed(values[name]) for name in declared if name in values}
+        if keep:
+            for name, value in resolved.items():
+                setattr(self, name, value)
+        return resolved

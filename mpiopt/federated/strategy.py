@@ -69,7 +69,7 @@ reporting clients.
 A strategy declares the options it takes as its ``options`` class attribute
 (:class:`~mpiopt.core.options.Options`; a subclass extends its base's with
 ``Strategy.options + Options(...)``), once: the constructor takes them by
-keyword and :meth:`~.declared.DeclaredPiece.take_options` checks them, fills
+keyword and :meth:`~mpiopt.core.options.Declared.take_options` checks them, fills
 the defaults and keeps each one as an attribute of the same name;
 ``option_values()`` reads them back in declaration order (the result's
 ``info["strategy_options"]``, the repr, the checkpoint's fingerprint).

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,3 +52,34 @@ def test_a_subcommands_help_is_the_full_parsers(subcommand, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")  # the same width here and in the child, whatever the terminal
     commands = next(action for action in build_parser()._actions if action.dest == "command")
     assert _help_and_modules(subcommand)["help"] == commands.choices[subcommand].format_help()
+
+
+RUN_AND_MODULES = """
+import contextlib, io, json, sys
+from mpiopt.cli import main
+with contextlib.redirect_stdout(io.StringIO()):
+    status = main(sys.argv[1:])
+print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
+"""
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("arguments", [["train", "--max-steps", "1"], ["federated", "--rounds", "1"]])
+def test_a_run_on_the_default_digits_imports_neither_scikit_learn_nor_numba(arguments, tmp_path):
+    done = subprocess.run([sys.executable, "-c", RUN_AND_MODULES, *arguments, "--quiet", "--output",
+                           str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-4000:]
+    shown = json.loads(done.stdout.splitlines()[-1])
+    assert shown["status"] in (0, None) and (tmp_path / "out.json").exists()
+    modules = set(shown["modules"])
+    assert "sklearn" not in modules, "digits is read from scikit-learn's file, without importing scikit-learn"
+    assert "numba" not in modules, "no compressor: no compiled kernel"
+
+
+def test_digits_are_scikit_learns_arrays_bit_for_bit():
+    sklearn_datasets = pytest.importorskip("sklearn.datasets")
+    from mpiopt.data.datasets import digits
+    X, y = digits()
+    X_ref, y_ref = sklearn_datasets.load_digits(return_X_y=True)
+    assert X.dtype == X_ref.dtype and y.dtype == y_ref.dtype and X.shape == X_ref.shape == (1797, 64)
+    assert np.array_equal(X, X_ref) and np.array_equal(y, y_ref)

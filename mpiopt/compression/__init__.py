@@ -52,11 +52,12 @@ def compressor_problem(name, options):
 def get_compressor(name, **options):
     """A compressor by registered name; ``options`` go to its constructor, checked against its declaration
     first: RegistryError for an unknown name, TypeError for an undeclared option, ValueError for a bad value."""
-    from ..kernels import compress_fast, qsgd_fast  # noqa: F401 (numba's import, before a run's clock starts)
     try:
-        lookup("compressor", name)
+        piece = lookup("compressor", name)
     except RegistryError as error:
         raise RegistryError(f"unknown compressor {name!r}; {error}") from None
+    if piece is not NoCompression:  # numba's import, before a run's clock starts; the identity compiles nothing
+        from ..kernels import compress_fast, qsgd_fast  # noqa: F401
     return build("compressor", name, options)
 
 

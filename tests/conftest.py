@@ -33,9 +33,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpiopt.core.threads import set_blas_threads_from_mpi
+from mpiopt.core.threads import limit_process_threads, set_blas_threads_from_mpi, threads_per_rank
 
-set_blas_threads_from_mpi()  # before numpy is imported: one BLAS pool per core, not per rank
+# Before numpy is imported: one BLAS pool per core, not per rank, nor per pytest-xdist worker (the serial
+# stage's workers share the cores as ranks do, and several threads per worker spin against each other).
+_XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+if _XDIST_WORKERS > 1:
+    limit_process_threads(threads_per_rank(_XDIST_WORKERS), f"{_XDIST_WORKERS} pytest-xdist workers share the cores")
+else:
+    set_blas_threads_from_mpi()
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

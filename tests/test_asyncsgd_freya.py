@@ -246,6 +246,6 @@ FREYA_TAUS = {1: [1.0], 2: [2.65, 3.7], 3: [2.3, 2.9, 4.1]}
 @pytest.mark.parametrize("method", ["freya-page", "soviet-page"])
 def test_freya_page_on_mpi_ranks_gives_the_simulators_iterates(comm, method):
     simulated, _ = check_mpi_run_is_the_simulated_one(
-        comm, "least-squares", FREYA_TAUS, 0.29, 0.25, problem_options={"rows": 8, "dim": 3}, method=method,
-        max_steps=4, stop_at_epsilon=False, trace=True, seed=7, batch=3, probability=0.5, epsilon=1e-6)
+        comm, "least-squares", FREYA_TAUS, 0.29, 0.25, problem_options={"rows": 4, "dim": 3}, method=method,
+        max_steps=2, stop_at_epsilon=False, trace=True, seed=7, batch=2, probability=0.5, epsilon=1e-6)
     assert simulated.gradients > len(simulated.info["trace"])  # some difference jobs (two gradients) ran

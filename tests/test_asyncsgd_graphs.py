@@ -231,13 +231,14 @@ def check_the_vectors_travelled_along_the_tree(run, pivot):
 @pytest.mark.mpi
 @pytest.mark.many_ranks
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("pivot", [None, 0])
-def test_fragile_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edges(comm, pivot):
+def test_fragile_on_mpi_ranks_gives_the_simulators_iterates_along_the_trees_edges(comm):
+    # the pivot is chosen by the method (worker 0 for these times, as a given pivot 0 would be: one run)
     simulated, run = check_mpi_run_is_the_simulated_one(
         comm, "quadratic", GRAPH_TAUS, 0.29, 0.3, problem_options={"dim": 4, "noise": 1.0}, method="fragile",
-        graph="line", graph_options={"rho": 0.45}, batch=2, pivot=pivot, max_steps=6, stop_at_epsilon=False,
+        graph="line", graph_options={"rho": 0.45}, batch=2, pivot=None, max_steps=4, stop_at_epsilon=False,
         trace=True, seed=5, links="uncongested")
-    check_the_vectors_travelled_along_the_tree(run, simulated.info["parameters"]["pivot"])
+    assert simulated.info["parameters"]["pivot"] == 0
+    check_the_vectors_travelled_along_the_tree(run, 0)
 
 
 @pytest.mark.mpi

@@ -312,12 +312,16 @@ def test_cost_models_follow_the_closed_forms():
 
 
 @pytest.mark.mpi
-def test_fitted_parameters_are_positive_and_shared(comm):
+def test_fitted_parameters_are_real_times_and_shared(comm):
+    # A latency is never zero; the per-byte slope can fit to 0 when a loaded machine slows a small message
+    # more than a large one (the fit's arithmetic is checked against known parameters below).
     alpha, beta = fit_alpha_beta(comm, sizes=[8, 1 << 10, 1 << 16, 1 << 20], repeats=5)
     gamma, copy = fit_gamma_copy(nbytes=1 << 20, repeats=3)
     assert gamma > 0 and copy > 0
     if comm.size > 1:
-        assert alpha > 0 and beta > 0
+        assert alpha > 0 and beta >= 0 and np.isfinite(beta)
+    else:
+        assert (alpha, beta) == (0.0, 0.0)
     assert comm.allgather((alpha, beta)) == [(alpha, beta)] * comm.size
 
 

@@ -19,6 +19,10 @@ EXAMPLE = re.compile(r"<!-- example -->\s*^```(\w*)\n(.*?)^```", re.S | re.M)
 # pages whose owner is still writing their opening example (strict: a page that gets one must leave this set)
 PENDING = {}
 
+# page -> (test file, test) that already runs the page's example command as written and checks its output:
+# here the command is only matched against that test's (its script and every flag), not run a second time
+RUN_BY = {"scaling.md": ("test_admm_scaling.py", "test_quick_benchmark")}
+
 # page -> {its text: the smoke-sized version}; every original must be on its page
 SMOKE = {
     "admm.md": {"make_lasso(20000, 500,": "make_lasso(2000, 50,"},
@@ -73,9 +77,27 @@ def test_a_docs_page_opens_with_an_example_that_runs(tour_folder, page):
     assert not language, f"docs/{page}: the example is a {language} block, not a command or Python"
     commands = block_commands(body)
     assert commands, f"docs/{page}: the example has no command"
+    if page in RUN_BY:
+        check_run_by(page, commands)
+        return
     for line, words in commands:
         reason = why_not_run(words)
         if reason:
             pytest.skip(f"{line}: {reason}")
         completed = run_command(words, tour_folder, timeout=100)
         assert completed.returncode == 0, f"docs/{page}: {line}\n{completed.stderr[-3000:]}"
+
+
+def check_run_by(page, commands):
+    """The page's one command is the one its RUN_BY test runs: that test names its script and the same flags."""
+    import ast
+    file, name = RUN_BY[page]
+    tree = ast.parse((Path(__file__).parent / file).read_text(encoding="utf-8"))
+    (function,) = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == name]
+    strings = {node.value for node in ast.walk(function) if isinstance(node, ast.Constant)}
+    (line, words), = commands
+    scripts = [Path(word).name for word in words if word.endswith(".py")]
+    flags = {word for word in words if word.startswith("--")}
+    assert scripts and set(scripts) <= strings, f"docs/{page}: {file}::{name} does not run {scripts}"
+    assert flags == {text for text in strings if isinstance(text, str) and text.startswith("--")}, \
+        f"docs/{page}: {file}::{name} does not run `{line}` with the same flags"

@@ -33,12 +33,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpiopt.core.threads import limit_process_threads, set_blas_threads_from_mpi, threads_per_rank
+from mpiopt.core.threads import THREAD_VARIABLES, limit_process_threads, set_blas_threads_from_mpi, threads_per_rank
 
-# Before numpy is imported: one BLAS pool per core, not per rank, nor per pytest-xdist worker (the serial
-# stage's workers share the cores as ranks do, and several threads per worker spin against each other).
+# Before numpy is imported: one BLAS pool per core, not per rank, nor per pytest-xdist worker.  The serial
+# stage's workers share the cores as ranks do (several threads per worker spin against each other); their
+# thread variables are the ones pytest-xdist's controller set for itself at one rank, so they are replaced.
 _XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-if _XDIST_WORKERS > 1:
+if "PYTEST_XDIST_WORKER" in os.environ and _XDIST_WORKERS > 1:
+    for _name in THREAD_VARIABLES:
+        os.environ.pop(_name, None)
     limit_process_threads(threads_per_rank(_XDIST_WORKERS), f"{_XDIST_WORKERS} pytest-xdist workers share the cores")
 else:
     set_blas_threads_from_mpi()

@@ -45,6 +45,9 @@ def parse_args(argv=None):
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--target", type=float, default=1e-6)
     parser.add_argument("--x-solver", default="lbfgs")
+    parser.add_argument("--rho-factors", type=lambda text: [float(v) for v in text.split(",")],
+                        default=[0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100],
+                        help="--part rho: the fixed rhos tried, as multiples of the default rho (comma-separated)")
     parser.add_argument("--output", default=None)
     parser.add_argument("--seed", type=int, default=0)
     sparse_solvers.add_arguments(parser, "general")
@@ -210,7 +213,7 @@ def rho_part(args, comm, A, b, full_data, say, np, MPI):
     for anderson in (0, 5):
         settings = dict(lam_ratio=args.lam_ratio, eps_abs=1e-8, eps_rel=1e-8, max_iter=20000, anderson=anderson)
         fixed = {}
-        for factor in (0.01, 0.03, 0.1, 0.3, 1, 3, 10, 30, 100):
+        for factor in args.rho_factors:
             result = lasso(A, b, comm=comm, rho=default * factor, adaptive_rho="none", **settings)
             fixed[default * factor] = result.iterations
             say(f"  anderson {anderson}: fixed rho {default * factor:.3e}: {result.iterations} iterations "

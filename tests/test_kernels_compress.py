@@ -15,6 +15,7 @@
 """
 import ctypes
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -632,18 +633,28 @@ class HostLaunch:
 
 @pytest.fixture(scope="module")
 def host_library(tmp_path_factory):
+    """The host build of compress.cu's device functions, built once per test run: pytest-xdist's workers share
+    their base folder's parent, and the first to take the lock builds it while the others wait for it."""
     if NVCC is None:
         pytest.skip("nvcc is not on PATH")
-    folder = tmp_path_factory.mktemp("host-kernels")
-    source = folder / "host.cu"
-    source.write_text(cuda_source("compress") + HOST_WRAPPERS, encoding="utf-8")
+    import fcntl
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "host-kernels"
+    folder.mkdir(exist_ok=True)
     library = folder / "libhost.so"
-    done = subprocess.run([NVCC, "-shared", "-arch=sm_80", "--std=c++17", "-O2", "-Xcompiler", "-fPIC",
-                           "-Xcompiler", "-ffp-contract=off", "-o", str(library), str(source)],
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode != 0 and "host compiler" in done.stdout + done.stderr:
-        pytest.skip(f"nvcc cannot build for the host here: {done.stderr[-300:]}")
-    assert done.returncode == 0, done.stdout + done.stderr
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not library.exists():
+            source = folder / "host.cu"
+            source.write_text(cuda_source("compress") + HOST_WRAPPERS, encoding="utf-8")
+            partial = folder / "libhost.so.partial"
+            done = subprocess.run([NVCC, "-shared", "-arch=sm_80", "--std=c++17", "-O2", "-Xcompiler", "-fPIC",
+                                   "-Xcompiler", "-ffp-contract=off", "-o", str(partial), str(source)],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0 and "host compiler" in done.stdout + done.stderr:
+                pytest.skip(f"nvcc cannot build for the host here: {done.stderr[-300:]}")
+            assert done.returncode == 0, done.stdout + done.stderr
+            os.replace(partial, library)
     return ctypes.CDLL(str(library))
 
 

@@ -19,13 +19,6 @@ UFUNCS = {"sum": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum}
 MPI_OPS = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}
 
 
-def make(name, comm):
-    """ring; ring-seg with its default segments; ring-seg with segments of 24 bytes (many per chunk)."""
-    if name == "ring-seg-tiny":
-        return get_reducer("ring-seg", comm, segment_bytes=24)
-    return get_reducer(name, comm)
-
-
 @pytest.fixture(params=VARIANTS)
 def ring(request, comm):
     reducer = make(request.param, comm)
@@ -33,9 +26,21 @@ def ring(request, comm):
     reducer.close()
 
 
-def lengths(p):
-    """Empty chunks (n < p), n not divisible by p, and longer vectors."""
-    return sorted({1, max(p - 1, 1), p + 1, 7, 1000, 10007})
+TINY_SEGMENT = 24  # bytes: many segments per chunk
+
+
+def make(name, comm):
+    """ring; ring-seg with its default segments; ring-seg with segments of 24 bytes (many per chunk)."""
+    if name == "ring-seg-tiny":
+        return get_reducer("ring-seg", comm, segment_bytes=TINY_SEGMENT)
+    return get_reducer(name, comm)
+
+
+def lengths(p, reducer=None):
+    """Empty chunks (n < p), n not divisible by p, and longer vectors; with 24-byte segments up to 1000
+    entries, already tens to hundreds of segments per chunk (10007 would only repeat them, thousands of times)."""
+    longest = 1000 if getattr(reducer, "segment_bytes", 0) == TINY_SEGMENT else 10007
+    return sorted({1, max(p - 1, 1), p + 1, 7, 1000, longest})
 
 
 def random_data(comm, count, dtype, salt=0):
@@ -81,7 +86,7 @@ def test_exact_values_match_mpi_allreduce_bit_for_bit(comm, ring, dtype):
     """Small integers (exact in every dtype, float16 included): MPI_Allreduce's answer, out of place and in
     place, for every op and length, twice on the same buffers (the second call runs the cached plan)."""
     for op in ("sum", "max", "min"):
-        for count in lengths(comm.size):
+        for count in lengths(comm.size, ring):
             rng = np.random.default_rng(100 * comm.rank + count)
             x = rng.integers(-5, 6 if np.dtype(dtype).kind != "u" else 11, count).astype(dtype)
             if np.dtype(dtype).kind == "u":
@@ -102,7 +107,7 @@ def test_exact_values_match_mpi_allreduce_bit_for_bit(comm, ring, dtype):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("op", ["sum", "mean", "max"])
 def test_random_floats_are_summed_in_the_rings_order(comm, ring, dtype, op):
-    for count in lengths(comm.size):
+    for count in lengths(comm.size, ring):
         x = random_data(comm, count, dtype)
         expected = ring_order(comm, x, op)
         assert same_bits(ring.allreduce(x, op=op), expected), ("new array", count)
@@ -187,7 +192,7 @@ def test_views_of_one_array_share_the_plan(comm, ring):
 @pytest.mark.mpi(min_size=2)
 def test_reduce_scatter_allgather_and_allgatherv_are_exact_and_repeatable(comm, ring):
     p, rank = comm.size, comm.rank
-    for count in lengths(p):
+    for count in lengths(p, ring):
         x = random_data(comm, count, np.float64)
         full = ring_order(comm, x, "sum")
         bounds = offsets(count, p)

@@ -36,8 +36,9 @@ from pathlib import Path
 from mpiopt.core.threads import THREAD_VARIABLES, limit_process_threads, set_blas_threads_from_mpi, threads_per_rank
 
 # Before numpy is imported: one BLAS pool per core, not per rank, nor per pytest-xdist worker.  The serial
-# stage's workers share the cores as ranks do (several threads per worker spin against each other); their
-# thread variables are the ones pytest-xdist's controller set for itself at one rank, so they are replaced.
+# stage's workers share the cores as ranks do (several threads per worker spin against each other).  A worker
+# inherits the thread variables the controller set for itself at one rank (and any the user set): in a worker
+# they are all replaced by the workers' share of the cores.
 _XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
 if "PYTEST_XDIST_WORKER" in os.environ and _XDIST_WORKERS > 1:
     for _name in THREAD_VARIABLES:

@@ -29,11 +29,16 @@ print(json.dumps({"help": shown.getvalue(), "modules": sorted(sys.modules)}))
 """
 
 
-def _help_and_modules(subcommand):
-    done = subprocess.run([sys.executable, "-c", HELP_AND_MODULES, subcommand], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+def _in_a_fresh_interpreter(script, *arguments):
+    """The JSON that ``script`` prints last, run with ``arguments`` in a new interpreter from the checkout."""
+    done = subprocess.run([sys.executable, "-c", script, *arguments], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _help_and_modules(subcommand):
+    return _in_a_fresh_interpreter(HELP_AND_MODULES, subcommand)
 
 
 @pytest.mark.timeout(150)
@@ -66,10 +71,7 @@ print(json.dumps({"status": status, "modules": sorted(sys.modules)}))
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("arguments", [["train", "--max-steps", "1"], ["federated", "--rounds", "1"]])
 def test_a_run_on_the_default_digits_imports_neither_scikit_learn_nor_numba(arguments, tmp_path):
-    done = subprocess.run([sys.executable, "-c", RUN_AND_MODULES, *arguments, "--quiet", "--output",
-                           str(tmp_path / "out.json")], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-4000:]
-    shown = json.loads(done.stdout.splitlines()[-1])
+    shown = _in_a_fresh_interpreter(RUN_AND_MODULES, *arguments, "--quiet", "--output", str(tmp_path / "out.json"))
     assert shown["status"] in (0, None) and (tmp_path / "out.json").exists()
     modules = set(shown["modules"])
     assert "sklearn" not in modules, "digits is read from scikit-learn's file, without importing scikit-learn"

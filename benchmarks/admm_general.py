@@ -16,11 +16,13 @@ Output: tables on rank 0 and JSON (--output).
 
 logistic-designs / path-designs: the designs comparison (sparse_solvers.py):
 time to a relative objective gap of 1e-6 for L1 logistic beside scikit-learn,
-celer and skglm on the five designs, and for the 20-weight lasso path beside
-lasso_path and skglm's path (--designs; default: the independent design).
+celer and skglm on the designs (--lam-ratios: several weights), and for the
+20-weight lasso path beside lasso_path, celer's and skglm's warm-started paths
+(--designs; default: the independent design).
 
     mpiexec -n 2 python benchmarks/admm_general.py --part logistic-designs --designs all
     mpiexec -n 2 python benchmarks/admm_general.py --part path-designs
+    mpiexec -n 2 python benchmarks/admm_general.py --part path-designs --designs sparse,text --lam-min-ratio 0.01
 """
 import argparse
 import os

@@ -23,9 +23,11 @@ Output: a table on rank 0, JSON (--output) and optionally a plot (--plot).
 With --designs (or --quick), the designs suite instead: time to a
 relative objective gap of 1e-6 beside scikit-learn, celer and skglm on
 independent, Toeplitz-correlated (0.5, 0.9), wide and sparse power-law CSR
-designs; see sparse_solvers.py for the definitions.
+designs and a tf-idf text corpus (text_corpus.py), at one weight or several
+(--lam-ratios); see sparse_solvers.py for the definitions.
 
     mpiexec -n 2 python benchmarks/admm_lasso.py --designs all
+    mpiexec -n 2 python benchmarks/admm_lasso.py --designs sparse,text --lam-ratios 0.1,0.05,0.01,0.005
     mpiexec -n 2 python benchmarks/admm_lasso.py --quick        # seconds (the tests)
 
 --quick shrinks every size (and --repeat, --n-lams) to its tiny preset; a size
@@ -198,10 +200,11 @@ def per_iteration_floor(args, comm, A, b, lam):
 
 
 def designs_suite(args, comm, say):
-    """The lasso comparison over five designs (sparse_solvers.py)."""
+    """The lasso comparison over the designs (sparse_solvers.py)."""
     output = output_path(args)
     kept = ", ".join("--" + name.replace("_", "-") for name in args.kept)
-    say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, lam = {args.lam_ratio} lambda_max, "
+    say(f"admm_lasso designs suite: {comm.size} ranks, {available_cores()} cores, "
+        f"lam = {sparse_solvers.lam_ratios(args, 'lasso')} lambda_max, "
         f"target {args.target:g}" + (f"; --quick sizes except {kept}, as given" if kept else
                                      "; --quick sizes" if args.quick else ""))
     payload = sparse_solvers.run_family("lasso", args, comm, say)

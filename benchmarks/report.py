@@ -540,25 +540,26 @@ def _cell(value, form):
 
 
 def sparse_solver_tables(payload):
-    """The designs suite (benchmarks/sparse_solvers.py): one table per family, one line per design
-    and solver."""
+    """The designs suite (benchmarks/sparse_solvers.py): a summary, one line per design and weight, then the
+    detail, one line per design, weight and solver."""
     family = payload["family"]
     title = {"lasso": "Lasso", "logistic": "L1 logistic regression",
              "path": f"Lasso path ({payload.get('n_lams')} weights, lambda_max to "
-                     f"{payload.get('lam_min_ratio')} lambda_max)"}[family]
-    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn (dense designs), skglm (sparse)",
-                 "logistic": "the fastest of skglm, celer and scikit-learn", "path": "scikit-learn lasso_path (Fortran order)"}[family]
-    lam_text = "" if family == "path" else f", lam = {payload['lam_ratio']} lambda_max"
+                     f"{payload.get('lam_min_ratio')} lambda_max, warm-started)"}[family]
+    yardstick = {"lasso": "the fastest of skglm, celer and scikit-learn",
+                 "logistic": "the fastest of skglm, celer and scikit-learn",
+                 "path": "skglm's path (sparse designs), scikit-learn lasso_path (dense)"}[family]
     lines = [f"{title}: time to a relative objective gap of {payload['target']:g}, {payload['ranks']} ranks (ADMM), "
-             f"competitors on rank 0 with {payload['cores']} cores{lam_text}; median of {payload['repeat']}; "
-             f"target: ADMM at most {yardstick}", "",
-             "| design | solver | time to target (s) | rel. objective gap reached | iterations | "
+             f"competitors on rank 0 with {payload['cores']} cores; median of {payload['repeat']}; "
+             f"target: ADMM at most {yardstick}", ""] + _sparse_summary(payload) + [
+             "", "| design | lam / lambda_max | solver | time to target (s) | rel. objective gap reached | iterations | "
              "mpiopt rel. duality gap | ratio to fastest competitor | target met? |",
-             "|---|---|---:|---:|---:|---:|---:|:---:|"]
+             "|---|---:|---|---:|---:|---:|---:|---:|:---:|"]
     for entry in payload["designs"]:
+        lam = _lam_cell(entry)
         for row in entry["rows_of_table"]:
             if "seconds" not in row:
-                lines.append(f"| {entry['design']} | {row['solver']} | {row['status']} | | | | | |")
+                lines.append(f"| {entry['design']} | {lam} | {row['solver']} | {row['status']} | | | | | |")
                 continue
             time_cell = f"{row['seconds']:.4g}" + ("" if row["status"] == "reached" else " (not reached)")
             iterations = _cell(row["iterations"], "d")
@@ -566,13 +567,52 @@ def sparse_solver_tables(payload):
                 iterations += f" ({row['outer_iterations']} outer)"
             met = row.get("target_met", "")
             met = "" if row["package"] != "mpiopt" else {True: "yes", False: "no", None: "-"}[met]
-            lines.append(f"| {entry['design']} | {row['solver']} (tol {row['tolerance']:.0e}) | {time_cell} | "
+            lines.append(f"| {entry['design']} | {lam} | {row['solver']} (tol {row['tolerance']:.0e}) | {time_cell} | "
                          f"{row['relative_gap']:.1e} | {iterations} | {_cell(row.get('mpiopt_relative_gap'), '.1e')} | "
                          f"{_cell(row.get('ratio_to_fastest_competitor'), '.2f')} | {met} |")
-    lines += ["", "Designs: " + "; ".join(f"{e['design']}: {e['description']}" for e in payload["designs"]),
+    described = {}
+    for entry in payload["designs"]:
+        described.setdefault(entry["design"], entry["description"])
+    lines += ["", "Designs: " + "; ".join(f"{name}: {text}" for name, text in described.items()),
               "Installed: " + ", ".join(f"{k} {payload['versions'].get(COMPETITOR_MODULES[k]) if v else 'no'}"
                                         for k, v in payload["installed"].items())]
     return "\n".join(lines)
+
+
+def _lam_cell(entry):
+    return "path" if entry.get("lam_ratio") is None else f"{entry['lam_ratio']:g}"
+
+
+def _sparse_summary(payload):
+    """One line per design and weight: each competitor's time, each mpiopt variant's time, ratio and gap."""
+    variants = list(payload["variants"])
+    lines = ["| design | lam / lambda_max | " + " | ".join(f"{name} (s)" for name in COMPETITOR_MODULES) + " | " +
+             " | ".join(f"mpiopt {name}: s (ratio, duality gap)" for name in variants) + " | target met? |",
+             "|---|---:|" + "---:|" * (len(COMPETITOR_MODULES) + len(variants)) + ":---:|"]
+    for entry in payload["designs"]:
+        rows = entry["rows_of_table"]
+        cells = [_summary_cell(next((row for row in rows if row["package"] == name), None), False)
+                 for name in COMPETITOR_MODULES]
+        admm = [row for row in rows if row["package"] == "mpiopt"]
+        cells += [_summary_cell(row, True) for row in admm]
+        met = admm[0].get("target_met") if admm else None
+        lines.append(f"| {entry['design']} | {_lam_cell(entry)} | " + " | ".join(cells) +
+                     f" | {({True: 'yes', False: 'no'}).get(met, '-')} |")
+    lines.append(f"(* not reached: the run closest to {payload['target']:g}; the target met? column: mpiopt "
+                 f"{variants[0] if variants else '-'})")
+    return lines
+
+
+def _summary_cell(row, admm):
+    if row is None:
+        return "-"
+    if "seconds" not in row:
+        return row["status"]
+    cell = f"{row['seconds']:.3g}" + ("" if row["status"] == "reached" else "*")
+    if admm:
+        cell += (f" ({_cell(row.get('ratio_to_fastest_competitor'), '.2f')}x, "
+                 f"{_cell(row.get('mpiopt_relative_gap'), '.0e')})")
+    return cell
 
 
 for _name in ("admm_lasso-designs", "admm_general-logistic-designs", "admm_general-path-designs"):

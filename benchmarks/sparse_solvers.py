@@ -13,7 +13,9 @@ alpha = lam / m; scikit-learn LogisticRegression (L1) and celer LogisticRegressi
 C sum log(...) + ||x||_1 = P / lam with C = 1 / lam.  No intercept anywhere.  Every solver's
 coefficients are scored by the same P, evaluated here, never by the solver's own report.
 
-lam = lam_ratio * lambda_max, lambda_max = ||A^T b||_inf (lasso), ||A^T y||_inf / 2 (logistic).
+lam = lam_ratio * lambda_max, lambda_max = ||A^T b||_inf (lasso), ||A^T y||_inf / 2 (logistic); --lam-ratios runs
+several in one run (each its own P* and table row), the design made once.  The path: --n-lams weights
+lambda_max * logspace(0, log10(--lam-min-ratio)), every solver warm-starting each weight from the one before.
 
 P* (per design, per lambda on a path) is the smallest P found by any run: reference runs at
 tolerance 1e-12 (skglm and celer where installed; scikit-learn with the Gram matrix on the tall
@@ -40,6 +42,11 @@ Designs (each seeded with numpy's default_rng(seed + design index)):
   wide:         m_w x n_w with n_w > m_w, i.i.d. N(0, 1);
   sparse:       CSR, m_s x n_s, column k present in a row with probability proportional to
                 (k+1)^-1, scaled to the density (clipped at 1), N(0, 1) values.
+  text:         CSR, the tf-idf corpus of text_corpus.py (about 1e5 x 6.6e4, density 7e-4, built from
+                the installed numpy, scipy, scikit-learn and stdlib, cached), its rows in a seeded random
+                order (sorted, each rank's block would hold one source alone), the first --text-rows kept
+                (with the terms they hold);
+                b = its labels y in {-1, 1} (+1: numpy or scipy), the lasso's target too.
 x_true has --nonzeros N(0, 1) entries at random columns; b = A x_true + noise with the
 noise's standard deviation --noise-ratio * std(A x_true); logistic labels sign(b).
 """
@@ -54,29 +61,39 @@ import numpy as np
 
 from report import COMPETITOR_MODULES as MODULES, sparse_solver_tables as render_tables  # the tables: report's
 
-DESIGNS = ("independent", "corr0.5", "corr0.9", "wide", "sparse")
+DESIGNS = ("independent", "corr0.5", "corr0.9", "wide", "sparse", "text")
 DENSE = ("independent", "corr0.5", "corr0.9", "wide")
+SYNTHETIC = DENSE + ("sparse",)
 TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-10)  # loose first: the time is the loosest rung's
 LIBLINEAR_TOLERANCES = TOLERANCES
 COMPETITORS = ("scikit-learn", "celer", "skglm")
+# The target's yardstick, (family, dense design?): the packages whose fastest run ADMM must match.  Sparse designs:
+# the fastest of all three, and skglm's warm-started path; dense: all three, and lasso_path (Fortran order).
+YARDSTICKS = {("lasso", True): COMPETITORS, ("lasso", False): COMPETITORS, ("logistic", True): COMPETITORS,
+              ("logistic", False): COMPETITORS, ("path", True): ("scikit-learn",), ("path", False): ("skglm",)}
 
 
 def add_arguments(parser, family):
     """The options of the designs suite (the tall size is the script's --rows / --cols)."""
     group = parser.add_argument_group("designs suite")
     group.add_argument("--designs", default=None,
-                       help=f"comma-separated subset of {','.join(DESIGNS)} or 'all'; runs the suite")
+                       help=f"comma-separated subset of {','.join(DESIGNS)} or 'all'; runs the suite "
+                            f"(--quick alone: the synthetic ones)")
     group.add_argument("--wide-rows", type=int, default=2000)
     group.add_argument("--wide-cols", type=int, default=20000)
     group.add_argument("--sparse-rows", type=int, default=100000)
     group.add_argument("--sparse-cols", type=int, default=10000)
     group.add_argument("--sparse-density", type=float, default=1e-3)
+    group.add_argument("--text-rows", type=int, default=0, help="text: the corpus's first rows kept (0: all)")
     group.add_argument("--nonzeros", type=int, default=20, help="nonzeros of x_true")
     group.add_argument("--noise-ratio", type=float, default=0.3)
     group.add_argument("--competitors", default=",".join(COMPETITORS))
     group.add_argument("--pretend-missing", default="", help="competitors to treat as not installed (tests)")
     group.add_argument("--max-seconds", type=float, default=60.0,
                        help="a run longer than this is not repeated and ends its ladder (ADMM: its time_limit)")
+    group.add_argument("--lam-ratios", type=ratio_list, default=None,
+                       help="comma-separated lam / lambda_max, each its own run on the same design "
+                            "(default: --lam-ratio alone; not the path)")
     group.add_argument("--lam-min-ratio", type=float, default=1e-3, help="path: the smallest lam / lambda_max")
     group.add_argument("--n-lams", type=int, default=20, help="path: number of weights")
     group.add_argument("--variants", default=None,
@@ -91,12 +108,29 @@ def apply_quick(args):
         args.rows, args.cols = 600, 20
         args.wide_rows, args.wide_cols = 60, 200
         args.sparse_rows, args.sparse_cols, args.sparse_density = 2000, 300, 0.02
-        args.nonzeros, args.repeat, args.n_lams = 5, 1, 5
+        args.nonzeros, args.repeat, args.n_lams, args.text_rows = 5, 1, 5, 2000
     return args
 
 
+def ratio_list(text):
+    ratios = [float(value) for value in text.split(",") if value.strip()]
+    if not ratios or any(not 0 < value <= 1 for value in ratios):
+        raise ValueError(f"--lam-ratios wants fractions of lambda_max in (0, 1], got {text!r}")
+    return ratios
+
+
+def lam_ratios(args, family):
+    """The weights of one design's runs, as fractions of lambda_max (the path: one run over its grid)."""
+    if family == "path":
+        return [None]
+    return args.lam_ratios or [args.lam_ratio]
+
+
 def chosen_designs(text):
-    names = DESIGNS if text in (None, "", "all") else tuple(name.strip() for name in text.split(",") if name.strip())
+    """--designs: a comma-separated list, 'all', or (None) the synthetic ones, which need no corpus."""
+    if text in (None, ""):
+        return SYNTHETIC
+    names = DESIGNS if text == "all" else tuple(name.strip() for name in text.split(",") if name.strip())
     unknown = [name for name in names if name not in DESIGNS]
     if unknown:
         raise SystemExit(f"unknown design(s) {unknown}; known: {', '.join(DESIGNS)}")
@@ -106,11 +140,15 @@ def chosen_designs(text):
 # ---------------------------------------------------------------- data
 
 
-def make_design(name, args, logistic=False):
-    """The full design (every rank makes the same one): (A, b) with A dense C-ordered or CSR."""
+def make_design(name, args, logistic=False, comm=None):
+    """The full design (every rank makes the same one): (A, b) with A dense C-ordered or CSR.
+
+    ``comm``: the text corpus is built (or read from its cache) on rank 0 first, then on the others."""
     import scipy.sparse as sp
     seed = args.seed + 1000 * DESIGNS.index(name)
     rng = np.random.default_rng(seed)
+    if name == "text":
+        return text_design(args, rng, comm)
     if name == "sparse":
         m, n = args.sparse_rows, args.sparse_cols
         p = (np.arange(n) + 1.0) ** -1.0
@@ -140,8 +178,27 @@ def make_design(name, args, logistic=False):
     return A, b
 
 
+def text_design(args, rng, comm):
+    from text_corpus import load_text_corpus
+    if comm is not None and comm.rank != 0:
+        comm.barrier()  # rank 0 has built the cache
+    A, y, _ = load_text_corpus()
+    if comm is not None and comm.rank == 0:
+        comm.barrier()
+    order = rng.permutation(A.shape[0])
+    if args.text_rows:
+        order = order[:args.text_rows]
+    A = A[order]
+    if args.text_rows:  # the terms of the rows kept
+        A = A[:, np.flatnonzero(np.diff(A.tocsc().indptr))]
+    A.sort_indices()
+    return A, y[order]
+
+
 def describe(name, A):
     m, n = A.shape
+    if name == "text":
+        return f"text tf-idf CSR {m} x {n}, density {A.nnz / (m * n):.2g}, nnz {A.nnz}"
     if name == "sparse":
         return f"sparse CSR {m} x {n}, density {A.nnz / (m * n):.2g}, power-law column frequencies"
     return {"independent": "independent columns", "corr0.5": "Toeplitz correlation 0.5",
@@ -265,7 +322,13 @@ def path_fitters(m, lams, tall_dense):
         _, coefs, _, n_iters = Lasso(fit_intercept=False, tol=tol).path(X, b, alphas)
         return np.asarray(coefs).T, int(np.sum(n_iters))
 
-    return {"scikit-learn lasso_path": ("scikit-learn", sklearn), "skglm Lasso.path": ("skglm", skglm)}
+    def celer(X, b, tol):  # the estimator's own path: its defaults (pruning, working sets), warm-started
+        from celer import Lasso
+        _, coefs, _, n_iters = Lasso(fit_intercept=False, tol=tol).path(X, b, alphas)
+        return np.asarray(coefs).T, int(np.sum(n_iters))
+
+    return {"scikit-learn lasso_path": ("scikit-learn", sklearn), "celer Lasso.path": ("celer", celer),
+            "skglm Lasso.path": ("skglm", skglm)}
 
 
 def timed_fit(fit, X, b, tol, repeat, cap):
@@ -421,52 +484,66 @@ def admm_options(variant, tol, args):
 
 
 def run_family(family, args, comm, say):
-    """family: "lasso", "logistic" or "path".  Returns the JSON payload (the same on every rank)."""
+    """family: "lasso", "logistic" or "path".  Returns the JSON payload (the same on every rank): one entry per
+    design and weight (--lam-ratios), or per design (the path)."""
+    payload, available, variants, designs = family_payload(family, args, comm)
+    for name in designs:
+        made = time.perf_counter()
+        A, b = make_design(name, args, logistic=(family == "logistic"), comm=comm)
+        made = time.perf_counter() - made
+        ratios = lam_ratios(args, family)
+        for index, lam_ratio in enumerate(ratios):
+            entry = run_entry(family, name, lam_ratio, A, b, args, comm, available, variants, say)
+            entry["seconds_spent"] += made if index == 0 else 0.0
+            payload["designs"].append(entry)
+            say(f"  ({entry['seconds_spent']:.1f} s for this design" + ("" if lam_ratio is None else
+                f" at {lam_ratio:g} lambda_max") + ")")
+        del A
+    payload["markdown"] = render_tables(payload)
+    return payload
+
+
+def run_entry(family, name, lam_ratio, A, b, args, comm, available, variants, say):
+    """One design at one weight (or the path): the competitors on rank 0, then mpiopt on every rank's rows."""
     import scipy.sparse as sp
 
     from common import wait_without_spinning
     from mpiopt.core.partition import row_range
 
-    payload, available, variants, designs = family_payload(family, args, comm)
-    for name in designs:
-        started = time.perf_counter()
-        A, b = make_design(name, args, logistic=(family == "logistic"))
-        m, n = A.shape
-        start, stop = row_range(m, comm.rank, comm.size)
-        A_local, b_local = A[start:stop], b[start:stop].copy()
-        if not sp.issparse(A_local):
-            A_local = np.ascontiguousarray(A_local)
-        if family == "logistic":
-            lambda_max = 0.5 * float(np.abs(A.T @ b).max())
-        else:
-            lambda_max = float(np.abs(A.T @ b).max())
-        lam = args.lam_ratio * lambda_max
-        lams = lambda_max * np.logspace(0, np.log10(args.lam_min_ratio), args.n_lams) if family == "path" else None
-        entry = {"design": name, "description": describe(name, A), "rows": m, "cols": n, "lambda_max": lambda_max,
-                 "lam": lam if family != "path" else None, "lams": None if lams is None else lams.tolist()}
-        say(f"  {entry['description']}: lam = {lam:.6g}" if family != "path" else
-            f"  {entry['description']}: {args.n_lams} weights {lams[0]:.4g} .. {lams[-1]:.4g}")
-        tall_dense = name in ("independent", "corr0.5", "corr0.9")
+    started = time.perf_counter()
+    m, n = A.shape
+    start, stop = row_range(m, comm.rank, comm.size)
+    A_local, b_local = A[start:stop], b[start:stop].copy()
+    if not sp.issparse(A_local):
+        A_local = np.ascontiguousarray(A_local)
+    if family == "logistic":
+        lambda_max = 0.5 * float(np.abs(A.T @ b).max())
+    else:
+        lambda_max = float(np.abs(A.T @ b).max())
+    lam = None if family == "path" else lam_ratio * lambda_max
+    lams = lambda_max * np.logspace(0, np.log10(args.lam_min_ratio), args.n_lams) if family == "path" else None
+    entry = {"design": name, "description": describe(name, A), "rows": m, "cols": n, "nnz": int(A.nnz) if
+             sp.issparse(A) else m * n, "lambda_max": lambda_max, "lam_ratio": lam_ratio, "lam": lam,
+             "lams": None if lams is None else lams.tolist()}
+    say(f"  {entry['description']}: lam = {lam:.6g} ({lam_ratio:g} lambda_max)" if family != "path" else
+        f"  {entry['description']}: {args.n_lams} weights {lams[0]:.4g} .. {lams[-1]:.4g}")
+    tall_dense = name in ("independent", "corr0.5", "corr0.9")
 
-        # Competitors on rank 0, the full design in its preferred layout; the other ranks sleep.
-        competitor_runs, best, reference_by = [], None, []
-        if comm.rank == 0:
-            competitor_runs, best, reference_by = competitors_part(family, args, A, b, lam, lams, tall_dense,
-                                                                   available, say)
-        wait_without_spinning(comm)
-        competitor_runs, best, reference_by = comm.bcast((competitor_runs, best, reference_by), root=0)
-        del A  # from here on each rank holds only its rows
+    # Competitors on rank 0, the full design in its preferred layout; the other ranks sleep.
+    competitor_runs, best, reference_by = [], None, []
+    if comm.rank == 0:
+        competitor_runs, best, reference_by = competitors_part(family, args, A, b, lam, lams, tall_dense,
+                                                               available, say)
+    wait_without_spinning(comm)
+    competitor_runs, best, reference_by = comm.bcast((competitor_runs, best, reference_by), root=0)
 
-        # mpiopt ADMM on every rank.
-        admm_runs, best = admm_part(family, args, comm, A_local, b_local, lam, lams, variants, best, say)
-        entry.update(reference_objectives=np.asarray(best).tolist(), reference_by=reference_by,
-                     runs=competitor_runs + admm_runs, seconds_spent=time.perf_counter() - started)
-        score_runs(entry, args.target)
-        entry["rows_of_table"] = table_rows(entry, family, available)
-        payload["designs"].append(entry)
-        say(f"  ({entry['seconds_spent']:.1f} s for this design)")
-    payload["markdown"] = render_tables(payload)
-    return payload
+    # mpiopt ADMM on every rank.
+    admm_runs, best = admm_part(family, args, comm, A_local, b_local, lam, lams, variants, best, say)
+    entry.update(reference_objectives=np.asarray(best).tolist(), reference_by=reference_by,
+                 runs=competitor_runs + admm_runs, seconds_spent=time.perf_counter() - started)
+    score_runs(entry, args.target)
+    entry["rows_of_table"] = table_rows(entry, family, available)
+    return entry
 
 
 def family_payload(family, args, comm):
@@ -485,7 +562,7 @@ def family_payload(family, args, comm):
         designs = ("independent",)
     payload = {"benchmark": {"lasso": "admm_lasso-designs", "logistic": "admm_general-logistic-designs",
                              "path": "admm_general-path-designs"}[family],
-               "family": family, "ranks": comm.size, "cores": available_cores(), "lam_ratio": args.lam_ratio,
+               "family": family, "ranks": comm.size, "cores": available_cores(), "lam_ratios": lam_ratios(args, family),
                "target": args.target, "repeat": args.repeat, "tolerances": list(TOLERANCES),
                "installed": {name: available[name] for name in COMPETITORS}, "versions": versions,
                "variants": {name: VARIANTS[name] for name in variants}, "designs": []}
@@ -632,15 +709,11 @@ def table_rows(entry, family, available):
                      "tolerance": run["tolerance"], "iterations": run["iterations"],
                      "outer_iterations": run.get("outer_iterations"),
                      "mpiopt_relative_gap": run.get("mpiopt_relative_gap")})
-    # The target's yardstick: the fastest of every competitor (lasso), skglm (logistic), lasso_path (path).
-    yardstick = {"lasso": COMPETITORS, "logistic": COMPETITORS, "path": ("scikit-learn",)}[family]
+    yardstick = YARDSTICKS[family, entry["design"] in DENSE]
     competitor_times = [row["seconds"] for row in rows if row["package"] in COMPETITORS and row["status"] == "reached"]
     target_times = [row["seconds"] for row in rows if row["package"] in yardstick and row["status"] == "reached"]
     fastest = min(competitor_times) if competitor_times else None
     target_time = min(target_times) if target_times else None
-    if family == "lasso" and entry["design"] not in DENSE:  # the sparse lasso's target: at most skglm's time
-        target_times = [row["seconds"] for row in rows if row["package"] == "skglm" and row["status"] == "reached"]
-        target_time = min(target_times) if target_times else None
     has_target = True
     for row in rows:
         if "seconds" in row and fastest:

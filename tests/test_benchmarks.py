@@ -202,3 +202,38 @@ def test_relative_gaps_use_the_final_reference_and_the_fastest_reached_run():
     assert rows["skglm Lasso"]["tolerance"] == 1e-5 and rows["celer Lasso"]["status"] == "not installed"
     admm = rows["mpiopt ADMM lasso (working_set=False)"]
     assert admm["ratio_to_fastest_competitor"] == pytest.approx(0.75) and admm["target_met"] is True
+
+
+
+def test_text_corpus_cuts_labels_and_caches_by_its_sources(tmp_path, monkeypatch):
+    import scipy.sparse as sp
+
+    import text_corpus
+    # Cut at the first blank line after chunk_lines non-blank ones, or after 4 chunk_lines lines; a
+    # remainder of fewer than 3 non-blank lines is dropped.
+    assert text_corpus.chunks("a\nb\n\nc\nd\ne\n\nf\n", 2) == ["a\nb", "c\nd\ne"]
+    assert text_corpus.chunks("x\n" * 10, 2) == ["x\nx\nx\nx\nx\nx\nx\nx"]
+    positive, negative = tmp_path / "numpy", tmp_path / "stdlib"
+    (positive / "sub").mkdir(parents=True)
+    (negative / "test").mkdir(parents=True)
+    (positive / "sub" / "a.py").write_text("import alpha\nbeta gamma\n\ndelta alpha\nalpha\nbeta\n")
+    (positive / "b.rst").write_text("alpha words here\n\nbeta more words\n")
+    (negative / "c.py").write_text("gamma delta\nepsilon gamma\nalpha\n")
+    (negative / "test" / "skipped.py").write_text("zeta eta\ntheta\niota\n")  # the stdlib's own tests
+    (negative / "d.bin").write_text("zeta eta\ntheta\niota\n")  # not a text file's suffix
+    monkeypatch.setattr(text_corpus, "source_roots", lambda: {"numpy": str(positive), "stdlib": str(negative)})
+    monkeypatch.setenv("MPIOPT_CACHE_DIR", str(tmp_path / "cache"))
+    settings = dict(text_corpus.SETTINGS, chunk_lines=1, min_df=1, max_features=None)
+    X, y, info = text_corpus.load_text_corpus(settings=settings)
+    # Documents in sorted path order: "alpha words here" (b.rst), "import alpha beta gamma" and "delta alpha
+    # alpha beta" (sub/a.py), "gamma delta epsilon gamma alpha" (c.py); 8 words and 11 pairs of them.
+    assert sp.isspmatrix_csr(X) and X.dtype == np.float64 and X.shape == (4, 19) and X.nnz == 5 + 7 + 6 + 8
+    assert y.tolist() == [1.0, 1.0, 1.0, -1.0] and info["nnz"] == X.nnz and not info["from_cache"]
+    idf = {df: np.log(5 / (1 + df)) + 1 for df in (1, 2, 4)}  # smooth idf of a term in df of the 4 documents
+    third = np.array([idf[2], (1 + np.log(2)) * idf[4], idf[2], idf[1], idf[1], idf[2]])  # sublinear tf: 1 + log 2
+    assert np.allclose(np.sort(X[2].data), np.sort(third / np.linalg.norm(third)))
+    again, y_again, cached = text_corpus.load_text_corpus(settings=settings)
+    assert cached["from_cache"] and cached["cache"] == info["cache"] and (again != X).nnz == 0
+    (negative / "c.py").write_text("gamma delta\nepsilon gamma\nbeta\n")  # another machine's sources
+    _, _, rebuilt = text_corpus.load_text_corpus(settings=settings)
+    assert rebuilt["cache"] != info["cache"] and not rebuilt["from_cache"]

@@ -51,17 +51,24 @@ from common import size_argument, start, write_result  # noqa: E402
 
 # name, the compressor's options, error feedback, label: the compressors at docs/compression.md's settings (and
 # PowerSGD at ranks 1 and 4); error feedback False measures the compressor alone, True adds it where the
-# compressor asks for it (the compressed reducer's default).
+# compressor asks for it (the compressed reducer's default), ALWAYS adds it to any compressor (a user's
+# ``ErrorFeedback(compressor)``: e += x, C(e), e -= decoded).
+ALWAYS = "always"
 CONFIGS = [
     ("fp16", {}, True, "fp16"),
+    ("fp16", {}, ALWAYS, "fp16 (EF)"),
     ("bf16", {}, True, "bf16"),
+    ("bf16", {}, ALWAYS, "bf16 (EF)"),
     ("qsgd8", {}, True, "qsgd 8-bit"),
+    ("qsgd8", {}, ALWAYS, "qsgd 8-bit (EF)"),
     ("qsgd4", {}, True, "qsgd 4-bit"),
+    ("qsgd4", {}, ALWAYS, "qsgd 4-bit (EF)"),
     ("sign", {}, True, "sign"),
     ("sign", {}, False, "sign (no EF)"),
     ("topk", {"ratio": 0.01}, True, "top-1%"),
     ("topk", {"ratio": 0.01}, False, "top-1% (no EF)"),
     ("randomk", {"ratio": 0.01}, True, "random-1%"),
+    ("randomk", {"ratio": 0.01}, ALWAYS, "random-1% (EF)"),
     ("powersgd", {"rank": 1}, True, "powersgd r=1"),
     ("powersgd", {"rank": 4}, True, "powersgd r=4"),
 ]
@@ -124,12 +131,13 @@ def _seconds(function):
 def codec_calls(name, options, x, p_accumulate=True, error_feedback=True):
     """The calls one rank makes in one compressed all-reduce of ``x``, as the compressed reducer makes them:
     {"compress", "decompress", "accumulate", "payload_sum"} -> a function of no arguments (compress first).
-    ``error_feedback`` False: the compressor alone, without the error feedback it would get by default."""
+    ``error_feedback`` False: the compressor alone, without the error feedback it would get by default;
+    ALWAYS: with error feedback whether or not the compressor asks for it."""
     import numpy as np
 
     from mpiopt.compression import ErrorFeedback, get_compressor
     compressor = get_compressor(name, **options)
-    if compressor.error_feedback and error_feedback:
+    if error_feedback == ALWAYS or (compressor.error_feedback and error_feedback):
         compressor = ErrorFeedback(compressor)
     state, out = {}, np.empty_like(x)
     calls = {}

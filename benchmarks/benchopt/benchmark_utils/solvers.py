@@ -1,0 +1,41 @@
+"""What every solver of this benchmark shares: benchopt's tolerance sampling on one ladder, and the
+competitors' fits, taken from benchmarks/sparse_solvers.py (the lam conversions live there)."""
+import warnings
+
+from benchopt import BaseSolver
+
+from benchmark_utils.problems import next_tolerance, sparse_solvers
+
+
+class ToleranceSolver(BaseSolver):
+    """run(tol): one solve from scratch to the solver's own tolerance ``tol``."""
+    sampling_strategy = "tolerance"
+
+    def get_next(self, stop_val):
+        return next_tolerance(stop_val)
+
+    def get_result(self):
+        return dict(x=self.coef)
+
+
+class CompetitorSolver(ToleranceSolver):
+    """A sparse_solvers.py fitter: ``labels`` names it per loss (a key of lasso_fitters / logistic_fitters).
+
+    The data are copied to the layout the solver prefers (CSC, Fortran order) in set_objective, before any
+    clock starts, and a small fit there compiles (skglm's numba) and loads what this loss needs: benchopt's
+    own warm_up runs once per solver object, and one object serves both losses.  The fit runs with the
+    process's threads (both cores)."""
+    labels = {}
+
+    def set_objective(self, loss, X, y, lam):
+        m = X.shape[0]
+        fitters = sparse_solvers.lasso_fitters(m, lam, True) if loss == "lasso" else \
+            sparse_solvers.logistic_fitters(m, lam)
+        _, self.fit = fitters[self.labels[loss]]
+        self.X, self.y = sparse_solvers.preferred_layout(X), y
+        sparse_solvers.warm_up(self.fit, self.X, self.y, 1e-8)
+
+    def run(self, tol):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convergence warnings at the loose rungs
+            self.coef = self.fit(self.X, self.y, tol)[0]

@@ -1,4 +1,5 @@
-"""The problems in mpiopt's scaling, from benchmarks/sparse_solvers.py (one definition, imported here).
+"""The problems in mpiopt's scaling, from benchmarks/sparse_solvers.py (one definition, imported here), and
+the data: sparse_solvers.py's ``sparse`` design and benchmarks/text_corpus.py's tf-idf corpus.
 
 P(x) = (1/2) ||Ax - b||^2 + lam ||x||_1 (lasso) or sum_j log(1 + exp(-y_j a_j^T x)) + lam ||x||_1
 (L1 logistic, y in {-1, 1}), sums over every row, no intercept; lam = lam_ratio * lambda_max.  Each
@@ -9,13 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-# benchmarks/sparse_solvers.py and the modules it imports (report, common) sit two folders up; appended,
-# not prepended, so that nothing in benchmarks/ shadows an installed package.
+# benchmarks/sparse_solvers.py, text_corpus.py and the modules they import (report, common) sit two folders
+# up; appended, not prepended, so that nothing in benchmarks/ shadows an installed package.
 _BENCHMARKS = str(Path(__file__).resolve().parents[2])
 if _BENCHMARKS not in sys.path:
     sys.path.append(_BENCHMARKS)
 
 import sparse_solvers  # noqa: E402
+import text_corpus  # noqa: E402
 
 LOSSES = ("lasso", "logistic")
 make_design = sparse_solvers.make_design
@@ -58,9 +60,9 @@ def duality_gap(loss, X, y, lam, x, value):
 
 
 def next_tolerance(stop_val):
-    """The tolerances every solver runs: 1, 1e-1, ..., 1e-14 (benchopt starts from +inf).  A decade a
+    """The tolerances every solver runs: 1, 1e-1, ..., 1e-12 (benchopt starts from +inf).  A decade a
     step, like sparse_solvers.py's ladder, rather than benchopt's default factor 1.5."""
-    return max(min(1.0, stop_val / 10.0), 1e-14)
+    return max(min(1.0, stop_val / 10.0), 1e-12)
 
 
 def _design_arguments(**overrides):

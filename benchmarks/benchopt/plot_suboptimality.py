@@ -1,0 +1,80 @@
+"""Relative suboptimality against time from a benchopt result of this benchmark, one panel per setting.
+
+    python benchmarks/benchopt/plot_suboptimality.py RESULT.parquet --output docs/img/benchopt_l1.png
+
+P* of a setting (data set, loss, lam_ratio) is the smallest objective any run of any solver reached; a
+run's point is ((P(x) - P*) / |P*|, its time), the median over benchopt's repetitions at each tolerance.
+Also prints, per setting, each solver's first time within --target (1e-6) of P*.
+"""
+import argparse
+
+import numpy as np
+
+
+def settings_of(frame):
+    import pandas as pd
+    frame = frame.copy()
+    frame["setting"] = frame["dataset_name"] + " | " + frame["objective_name"]
+    best = frame.groupby("setting")["objective_value"].transform("min")
+    frame["suboptimality"] = (frame["objective_value"] - best) / best.abs()
+    curves = (frame.groupby(["setting", "solver_name", "stop_val"], sort=False)[["time", "suboptimality"]]
+              .median().reset_index())
+    return pd.DataFrame(curves)
+
+
+def first_within(curves, target):
+    """{setting: {solver: the fastest time with suboptimality <= target, or None}}."""
+    table = {}
+    for (setting, solver), group in curves.groupby(["setting", "solver_name"], sort=False):
+        reached = group[group["suboptimality"] <= target]
+        table.setdefault(setting, {})[solver] = float(reached["time"].min()) if len(reached) else None
+    return table
+
+
+def plot(curves, path, target, floor=1e-12):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    settings = list(dict.fromkeys(curves["setting"]))
+    columns = min(4, len(settings))
+    rows = -(-len(settings) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
+    for axis, setting in zip(axes.flat, settings):
+        for solver, group in curves[curves["setting"] == setting].groupby("solver_name", sort=True):
+            group = group.sort_values("stop_val", ascending=False)
+            axis.loglog(group["time"], np.maximum(group["suboptimality"], floor), marker="o", markersize=3,
+                        label=solver)
+        axis.axhline(target, color="grey", linewidth=0.8, linestyle="--")
+        dataset, objective = setting.split(" | ")
+        axis.set_title(f"{dataset.split('[')[0]}: {objective.split('[')[-1].rstrip(']')}", fontsize=9)
+        axis.set_xlabel("time (s)")
+        axis.set_ylabel("(P(x) - P*) / P*")
+        axis.grid(True, which="major", alpha=0.3)
+    for axis in list(axes.flat)[len(settings):]:
+        axis.set_visible(False)
+    axes.flat[0].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    import pandas as pd
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("result", help="benchopt's result file (.parquet or .csv)")
+    parser.add_argument("--output", default=None, help="the PNG to write (none: only the table)")
+    parser.add_argument("--target", type=float, default=1e-6)
+    args = parser.parse_args(argv)
+    frame = pd.read_parquet(args.result) if args.result.endswith(".parquet") else pd.read_csv(args.result)
+    curves = settings_of(frame)
+    for setting, times in first_within(curves, args.target).items():
+        ranked = sorted(times.items(), key=lambda item: (item[1] is None, item[1] or 0.0))
+        print(setting)
+        for solver, seconds in ranked:
+            print(f"    {solver:24s} {'not reached' if seconds is None else f'{seconds:.4f} s'}")
+    if args.output:
+        plot(curves, args.output, args.target)
+        print(f"figure written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -196,6 +196,20 @@ MPIOPT_HD double unit_double(u32 word) { return (double)(word >> 8) * 5.96046447
 MPIOPT_HD float unit_of(u32 word, float) { return unit_float(word); }
 MPIOPT_HD double unit_of(u32 word, double) { return unit_double(word); }
 
+// ---- QSGD's noise: triple32 (Wellons 2018, hash-prospector) of (i mod 2^32) XOR seed ---------------------------
+// The definition and its constants: mpiopt/kernels/hash32.py (the numpy reference the tests hold this to).
+MPIOPT_HD u32 hash32(u32 x) {
+    x ^= x >> 17;
+    x *= 0xED5AD4BBu;
+    x ^= x >> 11;
+    x *= 0xAC4C1B51u;
+    x ^= x >> 15;
+    x *= 0x31848BABu;
+    x ^= x >> 14;
+    return x;
+}
+MPIOPT_HD u32 hashed_element(const u32* seeds, u64 i) { return hash32((u32)i ^ seeds[i >> 32]); }
+
 // Raw Philox blocks: counters[4 i .. 4 i + 3] -> out[4 i .. 4 i + 3]; one thread per block.
 extern "C" __global__ void philox4x64_10_blocks(const u64* counters, u64 k0, u64 k1, u64* out, long long blocks) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -347,15 +361,16 @@ MPIOPT_HD int qsgd_level(T x, float norm, int levels, T u) {
 
 // Quantize elements 8 g .. 8 g + 7 (one Philox block) into `stored`: int8 levels (bits 8) or two signed
 // nibbles per byte (bits 4: element 2 j in the low nibble of byte j, a missing last element is 0).
+// Quantize elements 8 g .. 8 g + 7 into `stored`: int8 levels (bits 8) or two signed nibbles per byte (bits 4:
+// element 2 j in the low nibble of byte j, a missing last element is 0).  The noise: u_i of the hashed stream
+// (hash32 below), seeds[i >> 32] the seed of element i's 2^32 elements.
 template <typename T>
 MPIOPT_HD void qsgd_quantize_group(const T* x, const float* norms, long long n, long long bucket, int bits,
-                                   int levels, u64 k0, u64 k1, u64 step, long long g, unsigned char* stored) {
-    u64 words[4];
-    philox_block((u64)g, step, k0, k1, words);
+                                   int levels, const u32* seeds, long long g, unsigned char* stored) {
     int level[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     for (int lane = 0; lane < 8; ++lane) {
         long long i = 8 * g + lane;
-        if (i < n) level[lane] = qsgd_level(x[i], norms[i / bucket], levels, unit_of(philox_lane(words, lane), T()));
+        if (i < n) level[lane] = qsgd_level(x[i], norms[i / bucket], levels, unit_of(hashed_element(seeds, (u64)i), T()));
     }
     for (int lane = 0; lane < 8; ++lane) {
         long long i = 8 * g + lane;
@@ -431,17 +446,17 @@ extern "C" __global__ void qsgd_norms_f64(const double* x, long long n, long lon
 // One thread per group of eight elements (one Philox block).
 template <typename T>
 __device__ void qsgd_quantize(const T* x, const float* norms, long long n, long long bucket, int bits, int levels,
-                              u64 k0, u64 k1, u64 step, unsigned char* stored) {
+                              const u32* seeds, unsigned char* stored) {
     long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (8 * g < n) qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);
+    if (8 * g < n) qsgd_quantize_group(x, norms, n, bucket, bits, levels, seeds, g, stored);
 }
 extern "C" __global__ void qsgd_quantize_f32(const float* x, const float* norms, long long n, long long bucket,
-                                             int bits, int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {
-    qsgd_quantize<float>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
+                                             int bits, int levels, const u32* seeds, unsigned char* stored) {
+    qsgd_quantize<float>(x, norms, n, bucket, bits, levels, seeds, stored);
 }
 extern "C" __global__ void qsgd_quantize_f64(const double* x, const float* norms, long long n, long long bucket,
-                                             int bits, int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {
-    qsgd_quantize<double>(x, norms, n, bucket, bits, levels, k0, k1, step, stored);
+                                             int bits, int levels, const u32* seeds, unsigned char* stored) {
+    qsgd_quantize<double>(x, norms, n, bucket, bits, levels, seeds, stored);
 }
 
 // VEC elements per thread (see map_elements).

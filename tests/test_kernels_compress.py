@@ -30,7 +30,7 @@ from mpiopt.compression.qsgd import pack_nibbles, unpack_nibbles
 from mpiopt.core import backend
 from mpiopt.kernels import compress as kc
 from mpiopt.kernels.loader import cuda_source, cuda_sources, nvcc_ptx
-from mpiopt.kernels import philox
+from mpiopt.kernels import hash32, philox
 from mpiopt.kernels.philox import numpy_philox, philox4x64, philox_key, philox_uniform, philox_words
 
 NVCC = shutil.which("nvcc")
@@ -77,6 +77,44 @@ def element_reference(key, step, i):
     half for even i."""
     word = philox4x64_python((i // 8, step, 0, 0), key)[(i // 2) % 4]
     return word >> 32 if i % 2 else word & 0xFFFFFFFF
+
+
+def hash_reference(seeds, i):
+    """Word i of the hashed stream in Python integers: Wellons' triple32 of (i mod 2^32) ^ seeds[i >> 32]."""
+    x = (i & 0xFFFFFFFF) ^ int(seeds[i >> 32])
+    for shift, multiplier in [(17, 0xED5AD4BB), (11, 0xAC4C1B51), (15, 0x31848BAB)]:
+        x ^= x >> shift
+        x = (x * multiplier) & 0xFFFFFFFF
+    return x ^ (x >> 14)
+
+
+def test_hashed_stream_follows_its_definition_at_any_offset():
+    key, step = philox_key(5, "qsgd", "grad", 1), 2 ** 40 + 3
+    seeds = hash32.stream_seeds(key, step, 10)
+    assert seeds.dtype == np.uint32 and seeds.tolist() == [element_reference(key, step, 0)]
+    assert hash32.stream_seeds(key, step, 2 ** 32 + 1).tolist() == [element_reference(key, step, 8 * j) for j in [0, 1]]
+    count = 2 * hash32.CHUNK + 77
+    words = hash32.hash_words(seeds, count)
+    for i in [0, 1, 2, 1000, hash32.CHUNK - 1, hash32.CHUNK, count - 1]:
+        assert int(words[i]) == hash_reference(seeds, i)
+    assert np.array_equal(hash32.hash_words(seeds, 1000, start=hash32.CHUNK - 3), words[hash32.CHUNK - 3:][:1000])
+    two = np.array([7, 0xFFFFFFFF], dtype=np.uint32)  # across the first seed's end: i = 2^32 takes the second
+    near = hash32.hash_words(two, 6, start=2 ** 32 - 3)
+    assert near.tolist() == [hash_reference(two, 2 ** 32 - 3 + t) for t in range(6)]
+    for dtype in [np.float32, np.float64]:
+        u = hash32.add_uniform(np.zeros(count, dtype=dtype), seeds)
+        assert np.array_equal((u * 2 ** 24).astype(np.uint32), words >> 8)  # exact multiples of 2^-24
+
+
+def test_hashed_stream_is_uniform_and_its_neighbours_independent():
+    """Chi-square of the top 4 bits of (w_i, w_{i+1}) and of (w_i under two seeds): 256 cells, 2^18 words."""
+    from scipy import stats
+    count = 1 << 18
+    first, second = (hash32.hash_words(hash32.stream_seeds(philox_key(seed, "chi"), 0, count), count + 1) >> 28
+                     for seed in (1, 2))
+    for a, b in [(first[:-1], first[1:]), (first[:-1], second[:-1])]:
+        cells = np.bincount(a.astype(np.int64) * 16 + b, minlength=256)
+        assert stats.chisquare(cells).pvalue > 1e-6
 
 
 @pytest.mark.parametrize("counter, key, expected", KNOWN_ANSWERS)
@@ -186,12 +224,14 @@ def reference_norms(x, bucket, norm):
 
 
 def reference_levels(x, norms, bits, bucket, key, step):
-    """Scalar re-computation of the levels: one Philox call per element, numpy scalars of x's dtype."""
+    """Scalar re-computation of the levels: one hash per element (its seed from the Philox reference), numpy
+    scalars of x's dtype."""
     s = 2 ** (bits - 1) - 1
     scalar = x.dtype.type
     levels = np.empty(x.size, dtype=np.int8)
+    seeds = [element_reference(key, step, 0)]
     for i, value in enumerate(x):
-        u = scalar((element_reference(key, step, i) >> 8) * 2.0 ** -24)
+        u = scalar((hash_reference(seeds, i) >> 8) * 2.0 ** -24)
         norm = norms[i // bucket]
         scale = scalar(s) / scalar(norm) if norm > 0 else scalar(0)
         y = np.floor(value * scale + u)
@@ -479,9 +519,9 @@ extern "C" void qsgd_norms_##S##_host(const T* x, long long n, long long bucket,
     for (long long b = 0; b * bucket < n; ++b) norms[b] = qsgd_norm_of_bucket(x, n, bucket, b, use_max, margin); \
 }                                                                                                             \
 extern "C" void qsgd_quantize_##S##_host(const T* x, const float* norms, long long n, long long bucket, int bits, \
-                                         int levels, u64 k0, u64 k1, u64 step, unsigned char* stored) {       \
+                                         int levels, const u32* seeds, unsigned char* stored) {               \
     for (long long g = 0; 8 * g < n; ++g)                                                                     \
-        qsgd_quantize_group(x, norms, n, bucket, bits, levels, k0, k1, step, g, stored);                      \
+        qsgd_quantize_group(x, norms, n, bucket, bits, levels, seeds, g, stored);                             \
 }                                                                                                             \
 extern "C" void qsgd_dequantize_##S##_host(const unsigned char* stored, const float* norms, long long n,        \
                                            long long bucket, int bits, int levels, T* out) {                  \
@@ -518,6 +558,9 @@ extern "C" void philox4x64_10_blocks_host(const u64* counters, u64 k0, u64 k1, u
         philox4x64_10(c, k0, k1);
         for (int j = 0; j < 4; ++j) out[4 * i + j] = c[j];
     }
+}
+extern "C" void hashed_elements_at(const u32* seeds, const u64* indices, u32* out, long long count) {
+    for (long long j = 0; j < count; ++j) out[j] = hashed_element(seeds, indices[j]);
 }
 extern "C" void philox_elements_at(u64 k0, u64 k1, u64 step, const u64* indices, u32* out, long long count) {
     for (long long j = 0; j < count; ++j) out[j] = philox_element(k0, k1, step, indices[j]);  /* random access */
@@ -720,6 +763,20 @@ def test_host_built_philox_elements_equal_numpy_and_the_reference(host_library):
                                     ctypes.c_void_p(got.ctypes.data), ctypes.c_longlong(len(far)))
     assert got.tolist() == [element_reference(key, step, i) for i in far]
     assert got[3] == philox_words(key, step, 1, start=far[3])[0]
+
+
+def test_host_built_hash_equals_numpy_and_the_reference(host_library):
+    """compress.cu's hash32 stream, built for the host, at scattered indices (across a seed boundary too),
+    against hash32.hash_words and the transcription in Python integers."""
+    seeds = np.array([0x9E3779B9, 0x01234567], dtype=np.uint32)
+    near = hash32.SEED_SPAN - 700
+    indices = np.concatenate([np.random.default_rng(5).permutation(3000), near + np.arange(1400)]).astype(np.uint64)
+    out = np.empty(indices.size, dtype=np.uint32)
+    host_library.hashed_elements_at(ctypes.c_void_p(seeds.ctypes.data), ctypes.c_void_p(indices.ctypes.data),
+                                    ctypes.c_void_p(out.ctypes.data), ctypes.c_longlong(indices.size))
+    assert np.array_equal(out[:3000], hash32.hash_words(seeds, 3000)[indices[:3000].astype(np.int64)])
+    assert np.array_equal(out[3000:], hash32.hash_words(seeds, 1400, start=near))
+    assert [int(w) for w in out[2995:3005]] == [hash_reference(seeds, int(i)) for i in indices[2995:3005]]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -197,7 +197,8 @@ def test_scatter_add_and_zero_scatter_equal_numpy(subtract, dtype):
 
 # -- the compressors ----------------------------------------------------------------------------------------------
 COMPRESSORS = {"fp16": {}, "bf16": {}, "sign": {}, "sign-l2": {"scale": "l2"}, "topk": {"ratio": 0.05},
-               "topk-k1": {"k": 1}, "randomk": {"ratio": 0.1}, "randomk-biased": {"ratio": 0.1, "unbiased": False}}
+               "topk-k1": {"k": 1}, "randomk": {"ratio": 0.1}, "randomk-biased": {"ratio": 0.1, "unbiased": False},
+               "qsgd8": {"bucket_size": 100}, "qsgd4-max": {"bucket_size": 512, "norm": "max"}}
 
 
 def build(label):

@@ -48,8 +48,8 @@ import numpy as np
 
 from ..core.options import Option, Options, seed_option
 from ..core.registry import register
-from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_norms,
-                                qsgd_quantize, unpack_nibbles)
+from ..kernels.compress import (NORM_MARGIN, NORMS, pack_nibbles, per_bucket, qsgd_dequantize, qsgd_feedback,
+                                qsgd_norms, qsgd_quantize, unpack_nibbles)
 from .base import Compressor, element_count
 
 __all__ = ["NORM_MARGIN", "NORMS", "QSGD", "QSGD4", "QSGD8", "pack_nibbles", "per_bucket", "unpack_nibbles"]
@@ -90,6 +90,12 @@ class QSGD(Compressor):
     def decode(self, payload, ctx, flat_out):
         norms, stored = payload
         qsgd_dequantize(norms, stored, ctx.size, self.bits, self.bucket_size, out=flat_out)
+
+    def encode_feedback(self, flat, residual, ctx):
+        """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
+        return qsgd_feedback(flat, residual, self.bits, self.bucket_size, self.norm, self.seed,
+                             ("qsgd", ctx.name, self.worker), ctx.step)
 
 
 @register("compressor", "qsgd8")

@@ -21,7 +21,7 @@ function               what                                                     
 =====================  ============================================================  ========  ==========
 ``qsgd_norms``         float32 norm per bucket (l2: float64 sums in 16 interleaved    bitwise   bitwise
                        lanes, a fixed order; max), times ``NORM_MARGIN``
-``qsgd_quantize``      levels ``clip(floor(x s / N + u), -s, s)``, u from Philox;     bitwise   bitwise
+``qsgd_quantize``      levels ``clip(floor(x s / N + u), -s, s)``, u from a hash;     bitwise   bitwise
                        int8, or two signed nibbles per byte (4 bits)                       (norms and
                                                                                                levels in
                                                                                                one pass)
@@ -46,17 +46,17 @@ function               what                                                     
 ``from_bf16``          ``bits << 16`` as float32 (exact)                             bitwise   bitwise
 ``uniform``            the Philox stream as uniform numbers                          bitwise   --
 ``*_feedback``         error feedback's step ``e += x; payload = C(e); e -= decoded``  --        bitwise the
-                       for fp16, bf16, sign, Top-K, Random-K (numpy arrays only)               3 steps
+                       for fp16, bf16, sign, Top-K, Random-K, QSGD (numpy arrays)              3 steps
 =====================  ============================================================  ========  ==========
 
-**QSGD's noise.** Element i of a buffer takes u_i = ``(w >> 8) 2^-24`` with w
-the low (even i) or high (odd i) 32 bits of word ``(i // 2) % 4`` of
-Philox4x64-10 at counter ``(i // 8, step, 0, 0)`` and key
-:func:`~mpiopt.kernels.philox.philox_key` ``(seed, *stream_key)`` (two 64-bit
-words; see :mod:`.philox`): any element is computed on its own, in any order,
-on either backend (a CUDA thread per block of eight elements; numpy's own
-``Philox`` for a whole buffer on the CPU), and the payload depends only on the
-data, the seed, the stream key and the step.
+**QSGD's noise.** Element i of a buffer takes u_i = ``(w >> 8) 2^-24`` with
+w = ``triple32((i mod 2^32) XOR s)``, a 32-bit integer hash of the index and a
+seed s that :func:`~mpiopt.kernels.hash32.stream_seeds` draws once per call
+from the Philox stream of the key :func:`~mpiopt.kernels.philox.philox_key`
+``(seed, *stream_key)`` at ``step`` (see :mod:`.hash32`): any element is
+computed on its own, in any order, on every backend (a CUDA thread per block of
+eight elements, the compiled CPU loop, numpy's uint32 arithmetic), and the
+payload depends only on the data, the seed, the stream key and the step.
 """
 import functools
 import importlib
@@ -64,8 +64,9 @@ import importlib
 import numpy as np
 
 from ..core.backend import get_array_module
+from .hash32 import add_uniform, stream_seeds
 from .loader import raw_module
-from .philox import ELEMENTS_PER_BLOCK, add_uniform, philox4x64, philox_key, philox_uniform
+from .philox import ELEMENTS_PER_BLOCK, philox4x64, philox_key, philox_uniform
 
 
 class _OnFirstUse:
@@ -104,7 +105,7 @@ VEC = 8  # elements per thread of compress.cu's elementwise kernels (16-byte loa
 SIGN_WORDS = 8  # 32-element words per warp of compress.cu's sign_pack
 
 __all__ = ["NORM_MARGIN", "bf16_feedback", "fp16_feedback", "from_bf16", "from_fp16", "pack_nibbles",
-           "philox_blocks", "qsgd_dequantize", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
+           "philox_blocks", "qsgd_dequantize", "qsgd_feedback", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
            "sign_pack", "sign_unpack", "sparse_gather", "sparse_gather_feedback", "to_bf16", "to_fp16",
            "topk_feedback", "topk_select", "uniform", "unpack_nibbles", "zero_scatter"]
 
@@ -288,39 +289,54 @@ def qsgd_quantize(x, bits=8, bucket_size=512, norm="l2", seed=0, stream_key=(), 
 
         scale = s / N (0 where N <= 0);  y = x * scale;  y = y + u;  level = clip(floor(y), -s, s)
 
-    u from the Philox stream of ``philox_key(seed, *stream_key)`` at ``step``
+    u from the hashed stream of ``philox_key(seed, *stream_key)`` at ``step``
     (see the module docstring).  Levels: int8 (8 bits), or uint8 holding two
     signed nibbles, element 2j in the low one (4 bits; ceil(n/2) bytes).
     """
     levels = _check_qsgd(bits, bucket_size, norm)
     if isinstance(stream_key, (str, int, np.integer)):
         stream_key = (stream_key,)
-    key = philox_key(seed, *stream_key)
     xp = get_array_module(x)
     flat = _flat(xp, x)
     _check_float(flat)
     n, bucket_size = flat.size, int(bucket_size)
+    seeds = stream_seeds(philox_key(seed, *stream_key), step, n)
     if xp is np and enabled() and qsgd_fast.AVAILABLE:  # one compiled pass (norms, levels), bitwise the twin
         if norms is None:
-            return qsgd_fast.compress(flat, bits, bucket_size, norm == "max", levels, key[0], key[1], step)
-        return norms, qsgd_fast.quantize(flat, norms, bits, bucket_size, levels, key[0], key[1], step)
+            return qsgd_fast.compress(flat, bits, bucket_size, norm == "max", levels, seeds)
+        return norms, qsgd_fast.quantize(flat, norms, bits, bucket_size, levels, seeds)
     if norms is None:
         norms = qsgd_norms(flat, bucket_size, norm)
     if xp is not np:
         stored = xp.empty(n if bits == 8 else -(-n // 2), dtype=xp.int8 if bits == 8 else xp.uint8)
         _launch(f"qsgd_quantize_{_suffix(flat.dtype)}", -(-n // ELEMENTS_PER_BLOCK), flat, norms, np.int64(n),
-                np.int64(bucket_size), np.int32(bits), np.int32(levels), np.uint64(key[0]), np.uint64(key[1]),
-                np.uint64(step), stored)
+                np.int64(bucket_size), np.int32(bits), np.int32(levels), xp.asarray(seeds), stored)
         return norms, stored
     dtype = flat.dtype
     scale = np.zeros(norms.size, dtype=dtype)
     np.divide(dtype.type(levels), norms.astype(dtype), out=scale, where=norms > 0)
     y = per_bucket(np.multiply, flat, scale, bucket_size, np.empty(n, dtype=dtype))
-    add_uniform(y, key, step)  # y + u, rounded once
+    add_uniform(y, seeds)  # y + u, rounded once
     np.floor(y, out=y)
     np.clip(y, -levels, levels, out=y)  # acts only where the margin did not cover a norm's rounding
     stored = y.astype(np.int8)
     return norms, (stored if bits == 8 else pack_nibbles(stored))
+
+
+def qsgd_feedback(x, residual, bits=8, bucket_size=512, norm="l2", seed=0, stream_key=(), step=0):
+    """Error feedback's step for QSGD on flat numpy arrays of one dtype: ``e += x``, the payload (norms, levels)
+    of e as :func:`qsgd_quantize` gives it, ``e -= decoded``: one compiled pass (bitwise the three steps), or
+    the twins' three steps."""
+    levels = _check_qsgd(bits, bucket_size, norm)
+    if isinstance(stream_key, (str, int, np.integer)):
+        stream_key = (stream_key,)
+    if enabled() and qsgd_fast.AVAILABLE:
+        seeds = stream_seeds(philox_key(seed, *stream_key), step, x.size)
+        return qsgd_fast.feedback(x, residual, bits, int(bucket_size), norm == "max", levels, seeds)
+    residual += x
+    norms, stored = qsgd_quantize(residual, bits, bucket_size, norm, seed, stream_key, step)
+    residual -= qsgd_dequantize(norms, stored, residual.size, bits, bucket_size, dtype=residual.dtype)
+    return norms, stored
 
 
 def qsgd_dequantize(norms, stored, n, bits=8, bucket_size=512, out=None, dtype=np.float32):

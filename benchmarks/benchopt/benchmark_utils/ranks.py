@@ -54,6 +54,7 @@ class Ranks:
             self.comm = self.inter.Merge(high=False)
             atexit.register(self.stop)
         self.A_local = self.b_local = None
+        self.prepared = None
 
     def _command(self, *message):
         for rank in range(1, self.comm.size):
@@ -73,9 +74,14 @@ class Ranks:
     def prepare(self, function, keywords):
         """Untimed: the workers get the call and wait for :meth:`solve` in a blocking broadcast."""
         self._command("solve", function, keywords)
+        self.prepared = (function, keywords)
 
     def solve(self, function, keywords):
-        """Timed: release the workers, solve on every rank, wait for the slowest."""
+        """Timed: release the workers (sending them the call first if :meth:`prepare` did not), solve on every
+        rank, wait for the slowest."""
+        if self.prepared != (function, keywords):
+            self.prepare(function, keywords)
+        self.prepared = None
         self.comm.bcast(True, root=0)
         result = call(function, self.A_local, self.b_local, self.comm, keywords)
         self.comm.Barrier()

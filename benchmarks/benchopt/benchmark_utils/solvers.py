@@ -2,6 +2,8 @@
 competitors' fits, taken from benchmarks/sparse_solvers.py (the lam conversions live there)."""
 import warnings
 
+import scipy.sparse
+
 from benchopt import BaseSolver
 
 from benchmark_utils.problems import next_tolerance, sparse_solvers
@@ -28,9 +30,9 @@ class CompetitorSolver(ToleranceSolver):
     labels = {}
 
     def set_objective(self, loss, X, y, lam):
-        m = X.shape[0]
-        fitters = sparse_solvers.lasso_fitters(m, lam, True) if loss == "lasso" else \
-            sparse_solvers.logistic_fitters(m, lam)
+        m, sparse = X.shape[0], scipy.sparse.issparse(X)
+        fitters = sparse_solvers.lasso_fitters(m, lam, sparse) if loss == "lasso" else \
+            sparse_solvers.logistic_fitters(m, lam, sparse)
         _, self.fit = fitters[self.labels[loss]]
         self.X, self.y = sparse_solvers.preferred_layout(X), y
         sparse_solvers.warm_up(self.fit, self.X, self.y, 1e-8)

@@ -19,10 +19,12 @@ class Solver(ToleranceSolver):
         self.lam = lam
         self.run_once(1e-2)  # untimed: the first touch of the shards and this loss's imports, on every rank
 
+    def keywords(self, tol):
+        return dict(lam=self.lam, gap_tol=tol, working_set=True, max_iter=100000, blas_threads=1)
+
     def pre_run_hook(self, tol):
         # untimed: the worker ranks get the call now and wait for run() to release them
-        self.keywords = dict(lam=self.lam, gap_tol=tol, working_set=True, max_iter=100000, blas_threads=1)
-        self.ranks.prepare(self.function, self.keywords)
+        self.ranks.prepare(self.function, self.keywords(tol))
 
     def run(self, tol):
-        self.coef = self.ranks.solve(self.function, self.keywords).x
+        self.coef = self.ranks.solve(self.function, self.keywords(tol)).x

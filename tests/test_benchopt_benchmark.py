@@ -16,8 +16,6 @@ from benchmark_utils import problems  # noqa: E402
 SPAWNED_LASSO = """
 import sys
 sys.path.insert(0, sys.argv[1])
-import numpy as np
-from sklearn.linear_model import Lasso
 from benchmark_utils import problems
 from benchmark_utils.ranks import Ranks
 
@@ -28,21 +26,21 @@ ranks.scatter(A, b)
 keywords = dict(lam=lam, gap_tol=1e-10, max_iter=100000, blas_threads=1)
 ranks.prepare("lasso", keywords)
 x = ranks.solve("lasso", keywords).x
-reference = Lasso(alpha=lam / A.shape[0], fit_intercept=False, tol=1e-14, max_iter=100000).fit(A, b).coef_
-P = problems.primal("lasso", A, b, lam)
-print("ranks", ranks.comm.size, "relative", (P(x) - P(reference)) / P(reference))
+value = problems.primal("lasso", A, b, lam)(x)
+print("ranks", ranks.comm.size, "relative gap", problems.duality_gap("lasso", A, b, lam, x, value) / value)
 ranks.stop()
 """
 
 
 @pytest.mark.timeout(90)
-def test_spawned_ranks_solve_the_lasso_of_scikit_learn():
+def test_spawned_ranks_solve_the_lasso_to_a_zero_duality_gap():
+    """Two ranks (one spawned) solve a lasso; the gap of the closed form below certifies the optimum."""
     completed = subprocess.run([sys.executable, "-c", SPAWNED_LASSO, str(BENCHMARK)], capture_output=True,
                                text=True, timeout=60)
     assert completed.returncode == 0, completed.stderr
     words = completed.stdout.split()
     assert words[:2] == ["ranks", "2"], completed.stdout
-    assert abs(float(words[-1])) < 1e-8, completed.stdout
+    assert 0 <= float(words[-1]) < 1e-6, completed.stdout  # at x = 0 it is 0.8
 
 
 @pytest.mark.parametrize("loss", problems.LOSSES)

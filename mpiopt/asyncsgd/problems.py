@@ -99,6 +99,12 @@ class Problem:
         """What worker ``worker`` (0-based) computes at ``x``: a stochastic gradient of f, or of its own f_i."""
         return self.stochastic_grad(x, rng)
 
+    def gradient_noise(self):
+        """``add(g, rng)``, adding the noise to ``g = grad(x)`` in place, when every worker's ``worker_grad(w, x,
+        rng)`` is bitwise ``add(grad(x), rng)``, or None: a runtime may then compute grad(x) once for the
+        workers at one point, or reuse the evaluation's (the simulator does)."""
+        return None
+
     def data(self):
         """The arrays the problem is built on, by name (features, targets); none by default."""
         return {}
@@ -126,10 +132,17 @@ class GaussianNoise(Problem):
     """Exact gradients plus N(0, sigma2 / d I): E||g - grad f||^2 = sigma2 exactly."""
 
     def stochastic_grad(self, x, rng):
-        g = self.grad(x)
+        return self._add_noise(self.grad(x), rng)
+
+    def _add_noise(self, g, rng):
         if self.sigma2:
             g += self._noise_scale * rng.standard_normal(self.dim)
         return g
+
+    def gradient_noise(self):
+        plain = type(self).worker_grad is Problem.worker_grad and type(self).stochastic_grad in (
+            GaussianNoise.stochastic_grad, WorstCase.stochastic_grad)  # a subclass's own noise: not known here
+        return self._add_noise if plain else None
 
     def _set_noise(self, sigma2):
         if not (isinstance(sigma2, (int, float)) and math.isfinite(sigma2) and sigma2 >= 0):
@@ -210,6 +223,9 @@ class WorstCase(GaussianNoise):
         if self.gaussian_sigma2:
             g += self._noise_scale * rng.standard_normal(self.dim)
         return g
+
+    def gradient_noise(self):
+        return None if self.mask else super().gradient_noise()  # the mask's coin is drawn before the noise
 
     def x0(self):
         return np.zeros(self.dim)

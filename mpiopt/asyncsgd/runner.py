@@ -39,6 +39,7 @@ class Recorder:
                                  ("|grad|^2", "11.4e")], stream=log_stream)
         self.rows = 0
         self.trace = [] if settings.trace else None
+        self.evaluated = None  # a runtime's hook: called with (x, grad f(x)) after each evaluation
 
     def arrival(self, time, worker, k_at, accepted):
         """Note one arrival in the trace (when the settings ask for one)."""
@@ -51,9 +52,12 @@ class Recorder:
         result sums, which the method reads as ``method.finished``)."""
         method = self.method
         method.finished, method.now = finished, float(time)
-        accepted_before = int(method.accepted[worker])
-        assign(method.arrive(worker, grad, k_at))
-        self.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
+        if self.trace is None:
+            assign(method.arrive(worker, grad, k_at))
+        else:
+            accepted_before = int(method.accepted[worker])
+            assign(method.arrive(worker, grad, k_at))
+            self.arrival(time, worker, k_at, int(method.accepted[worker]) > accepted_before)
         self.evaluate(time, gradients)
 
     def evaluate(self, time, gradients, force=False):
@@ -65,6 +69,8 @@ class Recorder:
         both = getattr(self.problem, "loss_and_grad", None)  # a duck-typed problem may lack it
         loss, g = both(x) if both is not None else (self.problem.loss(x), self.problem.grad(x))
         norm2 = float(g @ g)
+        if self.evaluated is not None:
+            self.evaluated(x, g)
         self.last_k = k
         for column, value in zip(HISTORY_COLUMNS, (time, k, gradients, loss, norm2)):
             self.history[column].append(value)

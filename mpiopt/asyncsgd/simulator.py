@@ -34,6 +34,12 @@ computed when it is reached, so a restart costs O(chunk); random times: a
 partial sort of the next few, O(n) vectorized); a chunk always holds every
 worker tied with its last one, sorted by (hi, worker).
 
+Gradients: where a worker's gradient is grad f(x) plus noise (the problem's
+``gradient_noise``: the Gaussian-noise problems), grad f(x) is computed once per
+point (:class:`GradientMemo`): the evaluation's after a step is the one the
+workers started there use, and a point that many workers share (a synchronous
+step's) has it computed once; the bits are those of ``worker_grad``.
+
 Random streams: worker w's gradient noise is ``random_stream(seed,
 "asyncsgd-gradient", w)``, drawn only when a gradient is completed (a
 cancelled one draws nothing), exactly as on MPI; random compute times come
@@ -55,6 +61,9 @@ ALL_WORKERS = "all workers"  # the bulk's remainder before its first partial sor
 CHUNK = 64  # the bulk's next finishing times sorted at a time
 FIRST_CHUNK = 2  # fixed times: a bulk's first chunk, doubling up to CHUNK (a restart after each event is cheap)
 ZERO = (0.0, 0.0)
+SCALAR_CHUNK = 8  # fixed times: a bulk's chunk of at most this many is computed in Python numbers
+NO_WORKERS, NO_TIMES = np.empty(0, dtype=np.int64), np.empty(0)  # an empty chunk (never written to)
+MEMO_FLOATS = 2 ** 21  # the gradient memo's size bound, in floats (16 MB)
 
 
 def add_time(start, tau):
@@ -103,6 +112,9 @@ class EventQueue:
             ends = np.append(np.flatnonzero(np.diff(sorted_taus)) + 1, n_workers)
             self.sorted_taus = sorted_taus
             self.run_end = ends[np.searchsorted(ends, np.arange(n_workers), side="right")]  # end of equal times
+            # the same as Python numbers, for the small first chunks of a bulk (numpy costs more on a few)
+            self.by_time_list, self.sorted_list = self.by_time.tolist(), sorted_taus.tolist()
+            self.run_end_list = self.run_end.tolist()
         self.bulk_start, self.bulk_fixed, self.bulk_chunk = None, False, FIRST_CHUNK
         self.bulk_taus = self.bulk_times = None
         # Workers started, finished or cancelled one by one since the last restart of all: the others are
@@ -131,6 +143,7 @@ class EventQueue:
             busy = int(np.count_nonzero(self.busy))
             if cancelled is not None:
                 cancelled += self.busy
+            self.busy.fill(True)
         else:  # the workers not touched since the last restart are busy in its bulk
             idle = [w for w in self.touched if not self.busy[w]]
             busy = n - len(idle)
@@ -138,13 +151,14 @@ class EventQueue:
                 self.restarts += 1
                 for worker in idle:
                     self.spared[worker] += 1
+            for worker in idle:
+                self.busy[worker] = True
         self.all_started, self.touched = True, set()
-        self.busy.fill(True)
         self.heap = []
         self.bulk_start = at
         self.bulk_fixed = taus is None
         self.bulk_taus = self.fixed_taus if taus is None else np.asarray(taus, dtype=np.float64)
-        self.bulk_order, self.bulk_hi, self.bulk_next = np.empty(0, dtype=np.int64), np.empty(0), 0
+        self.bulk_order, self.bulk_hi, self.bulk_next = NO_WORKERS, NO_TIMES, 0
         if taus is None:
             self.bulk_rest = 0  # the next position in the workers sorted by time
             self.bulk_chunk = FIRST_CHUNK
@@ -166,8 +180,37 @@ class EventQueue:
         first, n = self.bulk_rest, self.sorted_taus.size
         if first >= n:
             return None
-        end = int(self.run_end[min(first + self.bulk_chunk, n) - 1])
+        end = self.run_end_list[min(first + self.bulk_chunk, n) - 1]
         self.bulk_chunk = min(2 * self.bulk_chunk, CHUNK)  # a restart's first events come cheap
+        if end - first <= SCALAR_CHUNK:
+            chosen = self._next_fixed_scalar(first, end)
+            if chosen is not None:
+                return chosen
+        return self._next_fixed_array(first, end)
+
+    def _next_fixed_scalar(self, first, end):
+        """:meth:`_next_fixed_array`'s chunk as lists of Python numbers (the same float operations), or None
+        when its ties make it longer than SCALAR_CHUNK."""
+        start, taus, run_end, n = self.bulk_start, self.sorted_list, self.run_end_list, len(self.sorted_list)
+        hi, lo = start
+        times = [hi + tau for tau in taus[first:end]] if lo == 0 else [add_time(start, tau)[0]
+                                                                        for tau in taus[first:end]]
+        while end < n and time_of(start, taus[end]) == times[-1]:
+            more = run_end[end]
+            if more - first > SCALAR_CHUNK:
+                return None
+            times += [time_of(start, tau) for tau in taus[end:more]]
+            end = more
+        self.bulk_rest = end
+        workers = self.by_time_list[first:end]
+        if run_end[first] == end or all(workers[i] < workers[i + 1] or times[i] != times[i + 1]
+                                        for i in range(len(workers) - 1)):
+            return workers, times
+        pairs = sorted(zip(times, workers))
+        return [w for _, w in pairs], [t for t, _ in pairs]
+
+    def _next_fixed_array(self, first, end):
+        n = self.sorted_taus.size
         times = time_of(self.bulk_start, self.sorted_taus[first:end])
         while end < n and time_of(self.bulk_start, float(self.sorted_taus[end])) == times[-1]:
             more = int(self.run_end[end])
@@ -229,11 +272,17 @@ class EventQueue:
             return bulk
         return min(bulk, heap)
 
-    def pop(self):
-        """Remove the next event; returns its exact time (hi, lo) and its worker, who is then idle."""
-        hi, worker = self.peek()
-        bulk = self._bulk_head()
-        if bulk is not None and bulk == (hi, worker):
+    def pop(self, until=None):
+        """Remove the next event; returns its exact time (hi, lo) and its worker, who is then idle.  With
+        ``until``, an event after it is left in place and TIME_UP returned; None when no worker is busy."""
+        bulk, heap = self._bulk_head(), self._heap_head()  # the heads once: pop runs at every event
+        if bulk is None and heap is None:
+            return None
+        from_bulk = heap is None or (bulk is not None and bulk <= heap)
+        hi, worker = bulk if from_bulk else heap
+        if until is not None and hi > until:
+            return TIME_UP
+        if from_bulk:
             self.bulk_next += 1
             at = add_time(self.bulk_start, float(self.bulk_taus[worker]))
         else:
@@ -273,6 +322,75 @@ class EventQueue:
         self.all_started = True
 
 
+class WorkerStreams:
+    """Worker w's gradient noise stream ``random_stream(seed, "asyncsgd-gradient", w)``, made when first
+    used (making 10,000 takes 0.4 s, and a method may use a few workers only); iterating makes them all."""
+
+    def __init__(self, seed, n_workers):
+        self.seed, self.streams = seed, [None] * n_workers
+
+    def __getitem__(self, worker):
+        stream = self.streams[worker]
+        if stream is None:
+            stream = self.streams[worker] = random_stream(self.seed, "asyncsgd-gradient", worker)
+        return stream
+
+    def __len__(self):
+        return len(self.streams)
+
+    def __iter__(self):
+        return (self[worker] for worker in range(len(self.streams)))
+
+
+class GradientMemo:
+    """Worker gradients ``add_noise(grad f(x), rng)`` (a problem's ``gradient_noise``) with grad f(x) computed
+    once per point: the evaluation's after each step (``keep``, the recorder's hook) or the first worker's
+    at a point that many share; the same bits as ``worker_grad``, since grad f(x) is the same whoever
+    computes it.  An entry holds its point, so that an id is never taken for another point's."""
+
+    def __init__(self, problem, add_noise):
+        self.grad, self.add_noise, self.kept = problem.grad, add_noise, {}
+        self.limit = max(16, MEMO_FLOATS // max(problem.dim, 1))
+        # id(x) -> the workers started on their own at x whose gradient has not come: the last one's
+        # gradient takes the kept one in place (a cancelled worker's count stays: its point is then kept
+        # until the bound clears the memo, which costs a recomputation, never a wrong bit)
+        self.users = {}
+
+    def started(self, x):
+        """A worker was started on its own at ``x``."""
+        users = self.users
+        users[id(x)] = users.get(id(x), 0) + 1
+
+    def keep(self, x, g):
+        if len(self.kept) >= self.limit:  # points nobody computes at any more (cancelled workers')
+            self.kept.clear()
+            self.users.clear()
+        self.kept[id(x)] = (x, g)
+
+    def drop(self, x):
+        self.kept.pop(id(x), None)
+
+    def gradient(self, x, rng, shared):
+        """The gradient at ``x`` with ``rng``'s noise; ``shared``: other workers compute at ``x`` too."""
+        if not shared:
+            key = id(x)
+            others = self.users.pop(key, 1) - 1
+            if others > 0:
+                self.users[key] = others
+                shared = True
+        entry = self.kept.get(id(x)) if shared else self.kept.pop(id(x), None)
+        if entry is None or entry[0] is not x:
+            g = self.grad(x)
+            if not shared:
+                return self.add_noise(g, rng)
+            self.keep(x, g)
+        else:
+            g = entry[1]
+            if not shared:
+                return self.add_noise(g, rng)  # its last use: the noise goes into it
+        return self.add_noise(g.copy(), rng)
+
+
 class Simulation:
     """The state of one simulated run besides the method's: the event queue, the clock, the workers' points,
     noise streams and counts (what a checkpoint holds, :mod:`.checkpoint`)."""
@@ -289,7 +407,7 @@ class Simulation:
         self.queue = EventQueue(n, self.means)
         self.tau_rng = None if self.fixed else random_stream(seed, "asyncsgd-tau")
         self.draw_all = tau_model.sampler(self.numbers)
-        self.noise = [random_stream(seed, "asyncsgd-gradient", w) for w in range(n)]
+        self.noise = WorkerStreams(seed, n)
         # The point and step each worker computes at: those of the last restart of all workers, unless the
         # worker was started on its own since (``own``), which keeps a restart of all workers O(1) in Python.
         self.common = [None, 0]
@@ -297,6 +415,8 @@ class Simulation:
         self.computed, self.cancelled = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
         self.now, self.gradients = ZERO, 0
         self.plain = not (method.uses_jobs or timing.time_varying)  # every job one plain gradient
+        add_noise = getattr(problem, "gradient_noise", lambda: None)() if self.plain else None
+        self.memo = None if add_noise is None else GradientMemo(problem, add_noise)
         self.assign = self._assigner()
 
     def _assigner(self):
@@ -305,6 +425,7 @@ class Simulation:
         queue, method, fixed, means, numbers = self.queue, self.method, self.fixed, self.means, self.numbers
         cancelled, own, common, draw, draw_all = self.cancelled, self.own, self.common, self.tau_model.draw, \
             self.draw_all
+        memo = self.memo
         if method.uses_jobs or self.timing.time_varying:  # each job priced when it starts
             start = self.start
             return lambda plan: start_plan(method, start, plan)
@@ -312,6 +433,8 @@ class Simulation:
         def assign(plan):
             if plan is ALL:
                 queue.start_all(self.now, None if fixed else draw_all(self.tau_rng), cancelled)
+                if memo is not None:
+                    memo.drop(common[0])  # nobody computes at the old point any more
                 common[0], common[1] = method.x, method.k
                 own.clear()
                 return
@@ -320,6 +443,8 @@ class Simulation:
                 if queue.start(worker, self.now, float(tau)):
                     cancelled[worker] += 1
                 own[worker] = (method.x, method.k)
+                if memo is not None:
+                    memo.started(method.x)
         return assign
 
     def start(self, worker, job):
@@ -351,15 +476,18 @@ class Simulation:
 
     def next_arrival(self):
         """The next event's (worker, time, step, result, gradients), or TIME_UP after ``max_time``."""
-        queue, max_time = self.queue, self.settings.max_time
-        event = queue.peek()
+        max_time = self.settings.max_time
+        event = self.queue.pop(max_time)
         if event is None:
             raise RuntimeError(f"{self.method.name}: no worker is computing and the method assigned none")
-        if max_time is not None and event[0] > max_time:
+        if event is TIME_UP:
             self.now = (float(max_time), 0.0)
             return TIME_UP
-        self.now, worker = queue.pop()  # assign() starts workers now
-        point, k_at = self.own.pop(worker, None) or self.common
+        self.now, worker = event  # assign() starts workers now
+        own = self.own.pop(worker, None)
+        point, k_at = own or self.common
+        if self.memo is not None:
+            return worker, self.now[0], k_at, self.memo.gradient(point, self.noise[worker], own is None), 1
         if self.plain:
             return worker, self.now[0], k_at, self.problem.worker_grad(worker, point, self.noise[worker]), 1
         job, count = self.jobs.pop(worker), self.done.pop(worker)
@@ -385,6 +513,8 @@ class Simulation:
         """Events until a stopping rule (or a signal, with ``checkpoint``: a :class:`.checkpoint.Checkpoint`)
         ends the run (:func:`.engine.drive`); returns (end time, gradients received, computed per worker,
         cancelled per worker)."""
+        if self.memo is not None:
+            recorder.evaluated = self.memo.keep
         if checkpoint is None or not checkpoint.resume(self, recorder):
             self.assign(self.method.start())
             recorder.evaluate(self.now[0], self.gradients, force=True)

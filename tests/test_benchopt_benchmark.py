@@ -19,7 +19,7 @@ sys.path.insert(0, sys.argv[1])
 from benchmark_utils import problems
 from benchmark_utils.ranks import Ranks
 
-A, b, _ = problems.sparse_design(400, 30, 0.1, 3)
+A, b, _ = problems.design("sparse", sparse_rows=400, sparse_cols=30, sparse_density=0.1, seed=3)
 lam = 0.1 * problems.lambda_max("lasso", A, b)
 ranks = Ranks.get(2)
 ranks.scatter(A, b)
@@ -46,7 +46,7 @@ def test_spawned_ranks_solve_the_lasso_to_a_zero_duality_gap():
 @pytest.mark.parametrize("loss", problems.LOSSES)
 def test_duality_gap_is_zero_at_the_optimum_and_positive_elsewhere(loss):
     from sklearn.linear_model import Lasso, LogisticRegression
-    A, b, labels = problems.sparse_design(300, 20, 0.2, 1)
+    A, b, labels = problems.design("sparse", sparse_rows=300, sparse_cols=20, sparse_density=0.2, seed=1)
     y = b if loss == "lasso" else labels
     lam = 0.2 * problems.lambda_max(loss, A, y)
     if loss == "lasso":  # scikit-learn's scalings: P / m with alpha = lam / m, and P / lam with C = 1 / lam

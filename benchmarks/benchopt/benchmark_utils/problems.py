@@ -81,11 +81,11 @@ _DEFAULTS = _design_arguments()
 SPARSE_SIZE = (_DEFAULTS.sparse_rows, _DEFAULTS.sparse_cols, _DEFAULTS.sparse_density)
 
 
-def sparse_design(n_samples, n_features, density, seed):
-    """(A as CSR, b, labels in {-1, 1}) of make_design's ``sparse`` design; the labels are its logistic
-    variant of the same draw (the same A)."""
-    arguments = _design_arguments(sparse_rows=n_samples, sparse_cols=n_features, sparse_density=density,
-                                  seed=seed)
-    A, b = make_design("sparse", arguments)
-    _, labels = make_design("sparse", arguments, logistic=True)
+def design(name, **overrides):
+    """(A as CSR, b, labels in {-1, 1}) of make_design's design ``name`` ("sparse", "text"), its arguments
+    sparse_solvers.py's defaults with ``overrides``; the labels are make_design's logistic variant of the same
+    draw (the same A; the text corpus's own labels, in its seeded row order, are both)."""
+    arguments = _design_arguments(**overrides)
+    A, b = make_design(name, arguments)
+    _, labels = make_design(name, arguments, logistic=True)
     return A, b, labels

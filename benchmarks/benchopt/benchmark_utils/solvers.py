@@ -5,6 +5,7 @@ import warnings
 import scipy.sparse
 
 from benchopt import BaseSolver
+from benchopt.stopping_criterion import SufficientProgressCriterion
 
 from benchmark_utils.problems import next_tolerance, sparse_solvers
 
@@ -41,3 +42,17 @@ class CompetitorSolver(ToleranceSolver):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # convergence warnings at the loose rungs
             self.coef = self.fit(self.X, self.y, tol)[0]
+
+
+class ProgressCriterion(SufficientProgressCriterion):
+    """benchopt's SufficientProgressCriterion, whose patience starts once P has dropped below its first value.
+
+    At the loose rungs skglm returns x = 0 (its tolerance is on the gradient of P / m, far below 1e-2 here),
+    and benchopt's criterion would end its ladder after three rungs without progress, before it started."""
+
+    def check_convergence(self, objective_list):
+        stop, progress = super().check_convergence(objective_list)
+        key = self.key_to_monitor_
+        if stop and min(entry[key] for entry in objective_list) >= objective_list[0][key]:
+            return False, progress
+        return stop, progress

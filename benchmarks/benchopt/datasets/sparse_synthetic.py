@@ -12,5 +12,6 @@ class Dataset(BaseDataset):
     test_parameters = {"n_samples, n_features, density": [(2000, 300, 0.02)]}
 
     def get_data(self):
-        X, y, labels = problems.sparse_design(self.n_samples, self.n_features, self.density, self.seed)
+        X, y, labels = problems.design("sparse", sparse_rows=self.n_samples, sparse_cols=self.n_features,
+                                       sparse_density=self.density, seed=self.seed)
         return dict(X=X, y=y, labels=labels)

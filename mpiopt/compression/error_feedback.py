@@ -14,9 +14,13 @@ call (a scatter for the sparse compressors).
 method (fp16, bf16, sign, Top-K, Random-K) does the three steps itself on numpy
 arrays, in fewer passes over memory (compiled kernels,
 :mod:`mpiopt.kernels.compress_fast`): one pass for fp16 and bf16, e += x inside
-Top-K's collecting pass, two for sign, e += x and a gather of k for Random-K.
-The payload and the residual are those of the three steps, bit for bit; CuPy
-arrays and the other compressors take the three steps.
+Top-K's collecting pass, one for QSGD (in the quantizer's pass), e += x and a
+gather of k for Random-K, and one for sign: its ``e -= decoded`` needs the
+scale of the whole e, so it is left pending (a compressor with
+``deferred_feedback``) and done in the next call's pass, or when the residual
+is read (:meth:`ErrorFeedback.residual`, ``state_dict``).  The payload and the
+residual are those of the three steps, bit for bit; CuPy arrays and the other
+compressors take the three steps.
 
 ``ErrorFeedback(compressor)`` has the compressor's interface (``compress``,
 ``decompress``, ``context``, ``accumulate``, flags, and for PowerSGD the two
@@ -39,6 +43,7 @@ class ErrorFeedback:
             raise ValueError("the compressor already has error feedback")
         self.compressor = compressor
         self._residuals = {}
+        self._pending = {}  # buffer name -> what a deferred_feedback compressor left to subtract from it
 
     # The wrapped compressor's flags and payload format.
     name = property(lambda self: f"ef-{self.compressor.name}")
@@ -67,7 +72,15 @@ class ErrorFeedback:
     # -- compensation --------------------------------------------------------
     def residual(self, name=None):
         """The residual kept for buffer ``name`` (None before its first call); the live array."""
-        return self._residuals.get(buffer_name(name))
+        key = buffer_name(name)
+        self._settle(key)
+        return self._residuals.get(key)
+
+    def _settle(self, key):
+        """Apply what the compressor left pending to the residual of ``key``, if anything."""
+        pending = self._pending.pop(key, None)
+        if pending is not None:
+            self.compressor.settle_feedback(self._residuals[key].reshape(-1), pending)
 
     def compensate(self, x, name):
         """``e += x`` for buffer ``name`` (created as zeros on first use); returns ``e``."""
@@ -78,6 +91,7 @@ class ErrorFeedback:
     def _residual_for(self, x, name):
         """The residual of buffer ``name`` for ``x``: zeros on first use, moved to x's array module."""
         key = buffer_name(name)
+        self._settle(key)
         residual = self._residuals.get(key)
         if residual is not None and get_array_module(residual) is not get_array_module(x):
             # restored from a checkpoint (host arrays) for a run on the GPU, or the other way round
@@ -93,9 +107,21 @@ class ErrorFeedback:
         x = self.compressor.check_input(x)
         fused = getattr(self.compressor, "encode_feedback", None)
         if fused is not None and get_array_module(x) is np:
-            residual = self._residual_for(x, name)
+            key = buffer_name(name)
+            pending = self._pending.pop(key, None)  # applied by this call's pass, not by _residual_for
+            try:
+                residual = self._residual_for(x, name)
+            except ValueError:
+                if pending is not None:
+                    self._pending[key] = pending
+                raise
             ctx = self.compressor.context(x.shape, x.dtype, name, self.compressor.next_step(name, step))
-            return fused(x.reshape(-1), residual.reshape(-1), ctx), ctx
+            if not getattr(self.compressor, "deferred_feedback", False):
+                return fused(x.reshape(-1), residual.reshape(-1), ctx), ctx
+            payload, left = fused(x.reshape(-1), residual.reshape(-1), ctx, pending)
+            if left is not None:
+                self._pending[key] = left
+            return payload, ctx
         residual = self.compensate(x, name)
         payload, ctx = self.compressor.compress(residual, name, step)
         self.compressor.accumulate(payload, ctx, residual, subtract=True)
@@ -122,11 +148,14 @@ class ErrorFeedback:
     def state_dict(self):
         """{"residuals": {name: copy}, "compressor": the compressor's own state_dict or {}}."""
         inner = getattr(self.compressor, "state_dict", None)
+        for key in list(self._pending):
+            self._settle(key)
         return {"residuals": {name: e.copy() for name, e in self._residuals.items()},
                 "compressor": inner() if inner else {}}
 
     def load_state_dict(self, state):
         self._residuals = {buffer_name(name): np.array(e) for name, e in state["residuals"].items()}
+        self._pending = {}
         if state.get("compressor") and hasattr(self.compressor, "load_state_dict"):
             self.compressor.load_state_dict(state["compressor"])
 

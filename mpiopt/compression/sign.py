@@ -29,7 +29,7 @@ import numpy as np
 
 from ..core.options import Option, Options
 from ..core.registry import register
-from ..kernels.compress import SIGN_SCALES, sign_feedback, sign_pack, sign_scale, sign_unpack
+from ..kernels.compress import SIGN_SCALES, sign_feedback, sign_pack, sign_scale, sign_settle, sign_unpack
 from .base import Compressor, element_count
 
 SCALES = SIGN_SCALES
@@ -58,8 +58,16 @@ class Sign(Compressor):
         scale, packed = payload
         sign_unpack(packed, scale, ctx.size, out=flat_out)
 
-    def encode_feedback(self, flat, residual, ctx):
+    deferred_feedback = True
+
+    def encode_feedback(self, flat, residual, ctx, pending=None):
         """``residual += flat``, the payload of the new residual and ``residual -= decoded``, fused (flat numpy
-        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it)."""
-        packed, scale = sign_feedback(flat, residual, self.scale)
-        return scale, packed
+        arrays of one dtype; :class:`~mpiopt.compression.error_feedback.ErrorFeedback` calls it): returns the
+        payload and what is left to subtract (see :func:`~mpiopt.kernels.compress.sign_feedback`), which the
+        next call or :meth:`settle_feedback` applies."""
+        packed, scale, left = sign_feedback(flat, residual, self.scale, pending)
+        return (scale, packed), left
+
+    def settle_feedback(self, residual, pending):
+        """Apply what :meth:`encode_feedback` left pending to the flat ``residual``."""
+        sign_settle(residual, pending)

@@ -105,7 +105,7 @@ VEC = 8  # elements per thread of compress.cu's elementwise kernels (16-byte loa
 SIGN_WORDS = 8  # 32-element words per warp of compress.cu's sign_pack
 
 __all__ = ["NORM_MARGIN", "bf16_feedback", "fp16_feedback", "from_bf16", "from_fp16", "pack_nibbles",
-           "philox_blocks", "qsgd_dequantize", "qsgd_feedback", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback",
+           "philox_blocks", "qsgd_dequantize", "qsgd_feedback", "qsgd_norms", "qsgd_quantize", "scatter_add", "sign_feedback", "sign_settle",
            "sign_pack", "sign_unpack", "sparse_gather", "sparse_gather_feedback", "to_bf16", "to_fp16",
            "topk_feedback", "topk_select", "uniform", "unpack_nibbles", "zero_scatter"]
 
@@ -477,20 +477,38 @@ def sign_unpack_numpy(bits, scale, flat_out):
     return flat_out
 
 
-def sign_feedback(x, residual, scale="l1"):
+def sign_feedback(x, residual, scale="l1", pending=None):
     """Error feedback's step for sign on flat numpy arrays of one dtype: ``e += x``, the payload (bits,
-    scale) of e, ``e -= decoded``.  Compiled: two passes (e += x with the bits and the scale's sum; then the
-    subtraction), bitwise the three steps of the compiled kernels; else the twins' three steps."""
+    scale) of e, ``e -= decoded``; returns (bits, scale, what is still to subtract).
+
+    ``pending``: the third value of the previous call for this residual, or None.  Compiled: one pass
+    (the previous call's ``e -= decoded`` if pending, e += x, the bits and the scale's sum), and the new
+    ``e -= decoded`` is left pending (returned: the scale), so each call reads and writes e once; until
+    :func:`sign_settle` applies it, ``residual`` holds e before that subtraction.  Bitwise the three steps
+    of the compiled kernels.  Without numba: the twins' three steps, nothing pending."""
     _check_sign_scale(scale)
     if enabled():
         bits = np.empty(-(-x.size // 8), dtype=np.uint8)
-        magnitude = _sign_magnitude(fast.sign_pack_feedback(x, residual, bits, scale == "l2"), x.size, scale)
-        fast.sign_feedback_finish(residual, residual.dtype.type(magnitude[0]))
-        return bits, magnitude
+        previous = residual.dtype.type(0 if pending is None else pending[0])
+        total = fast.sign_pack_feedback(x, residual, bits, scale == "l2", pending is not None, previous)
+        magnitude = _sign_magnitude(total, x.size, scale)
+        return bits, magnitude, magnitude
+    if pending is not None:
+        sign_settle(residual, pending)
     residual += x
     bits, magnitude = sign_pack_numpy(residual, scale)
     residual -= sign_unpack_numpy(bits, magnitude, np.empty_like(residual))
-    return bits, magnitude
+    return bits, magnitude, None
+
+
+def sign_settle(residual, pending):
+    """``e -= +scale where e >= 0, else -scale``: what :func:`sign_feedback` left pending (``pending``, its
+    scale), subtracted from the flat numpy ``residual`` in place."""
+    magnitude = residual.dtype.type(pending[0])
+    if enabled():
+        fast.sign_feedback_finish(residual, magnitude)
+    else:
+        residual -= np.where(residual >= 0, magnitude, -magnitude)
 
 
 # -- Top-K, Random-K and scatter-add ------------------------------------------------------------------------------

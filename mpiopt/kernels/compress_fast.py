@@ -271,17 +271,28 @@ def sign_pack(x, bits, square):
 
 
 @jit
-def sign_pack_feedback(x, residual, bits, square):
-    """``e += x`` and :func:`sign_pack` of the new e, chunk by chunk in one pass."""
+def sign_pack_feedback(x, residual, bits, square, settle, pending):
+    """``e += x`` and :func:`sign_pack` of the new e, chunk by chunk in one pass; with ``settle`` first
+    ``e -= +pending where e >= 0, else -pending`` (the previous call's decoded payload, whose bits were
+    ``e >= 0`` of this same e: :func:`sign_feedback_finish` deferred into this pass)."""
     lanes = np.zeros(LANES)
     flags = np.empty(CHUNK, dtype=np.uint8)
+    negative = -pending
     full = x.size // CHUNK * CHUNK
     for start in range(0, full, CHUNK):
-        for i in range(start, start + CHUNK):
-            residual[i] += x[i]
+        if settle:
+            for i in range(start, start + CHUNK):
+                e = residual[i]
+                residual[i] = (e - (pending if e >= 0 else negative)) + x[i]
+        else:
+            for i in range(start, start + CHUNK):
+                residual[i] += x[i]
         _sign_chunk(residual, start, lanes, flags, bits, square)
     for i in range(full, x.size):
-        residual[i] += x[i]
+        e = residual[i]
+        if settle:
+            e = e - (pending if e >= 0 else negative)
+        residual[i] = e + x[i]
     _sign_rest(residual, full, lanes, bits, square)
     return _lane_total(lanes)
 

@@ -16,7 +16,8 @@ Payload: the scale (float32) and the signs packed eight per byte
 Compute: one pass to pack (:func:`~mpiopt.kernels.compress.sign_pack`, a
 CUDA kernel on CuPy arrays, ``np.packbits`` on numpy ones) and a reduction for
 the scale (the compiled CPU kernel does both in one pass; with error feedback
-``e += x`` too, then one pass for ``e -= decoded``), accumulated in float64 for either scale (the squares of float32
+``e += x`` too, and the previous call's ``e -= decoded``, left pending until
+then because it needs the whole scale), accumulated in float64 for either scale (the squares of float32
 values are exact in float64; a float32 sum of them was 1e-5 off at 2^22
 elements); one pass to decompress (:func:`~mpiopt.kernels.compress.sign_unpack`,
 which reads the scale where it is: no copy to the host on a GPU).  Biased

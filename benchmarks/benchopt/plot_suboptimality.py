@@ -35,7 +35,10 @@ def plot(curves, path, target, floor=1e-12):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
     settings = list(dict.fromkeys(curves["setting"]))
+    solvers = sorted(set(curves["solver_name"]))
+    colors = {solver: f"C{index}" for index, solver in enumerate(solvers)}
     columns = min(4, len(settings))
     rows = -(-len(settings) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
@@ -43,17 +46,19 @@ def plot(curves, path, target, floor=1e-12):
         for solver, group in curves[curves["setting"] == setting].groupby("solver_name", sort=True):
             group = group.sort_values("stop_val", ascending=False)
             axis.loglog(group["time"], np.maximum(group["suboptimality"], floor), marker="o", markersize=3,
-                        label=solver)
+                        color=colors[solver], label=solver)
         axis.axhline(target, color="grey", linewidth=0.8, linestyle="--")
         dataset, objective = setting.split(" | ")
         axis.set_title(f"{dataset.split('[')[0]}: {objective.split('[')[-1].rstrip(']')}", fontsize=9)
         axis.set_xlabel("time (s)")
         axis.set_ylabel("(P(x) - P*) / P*")
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.grid(True, which="major", alpha=0.3)
     for axis in list(axes.flat)[len(settings):]:
         axis.set_visible(False)
-    axes.flat[0].legend(fontsize=8)
-    figure.tight_layout()
+    handles = [plt.Line2D([], [], color=colors[solver], marker="o", markersize=3) for solver in solvers]
+    figure.legend(handles, solvers, loc="upper center", ncol=len(solvers), fontsize=9)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.35 / (3.4 * rows)))
     figure.savefig(path, dpi=110)
 
 

@@ -282,6 +282,53 @@ def reference_run(taus, method, n_gradients=math.inf, threshold=None, stop_compu
     return trace, counts
 
 
+def iterate_from_trace(problem, result, method, gamma, batch=1, seed=0):
+    """The final point from a run's trace alone, by the methods' rules: each arrival's gradient is
+    grad f at the point of the step it was computed at plus the noise of its worker's own stream (drawn
+    for every arrival, used or not); the one-gradient methods step with each accepted one, the batch
+    methods with the mean of ``batch`` accepted ones in arrival order."""
+    points, streams, total, count = [problem.x0()], {}, np.zeros(problem.dim), 0
+    scale = math.sqrt(problem.sigma2 / problem.dim)
+    for _, worker, k_at, accepted in result.info["trace"]:
+        stream = streams.setdefault(worker, random_stream(seed, "asyncsgd-gradient", worker))
+        g = problem.grad(points[k_at]) + scale * stream.standard_normal(problem.dim)
+        if not accepted:
+            continue
+        if method in ("asgd", "ringmaster"):
+            points.append(points[-1] - gamma * g)
+            continue
+        total += g
+        count += 1
+        if count == batch:
+            points.append(points[-1] - gamma * (total / batch))
+            total, count = np.zeros(problem.dim), 0
+    return points[-1]
+
+
+@pytest.mark.parametrize("problem", [WorstCase(dim=5, noise=0.3), Quadratic(dim=3, noise=2.0)])
+@pytest.mark.parametrize("tau", ["sqrt", "ringmaster"])
+@pytest.mark.parametrize("method, extra", [
+    ("asgd", {"delay_adaptive": False}), ("ringmaster", {"threshold": 2}),
+    ("ringmaster", {"threshold": 2, "stop_computations": True}), ("rennala", {"batch": 3}),
+    ("rennala", {"batch": 3, "restart": False}), ("minibatch", {})])
+def test_iterates_are_the_gradients_of_the_trace_bit_for_bit(problem, tau, method, extra):
+    """Workers at one point (a synchronous step's, Ringmaster's restarts) and the point just evaluated:
+    the simulator computes grad f once for them, and every gradient still has the bits of its own."""
+    assert problem.gradient_noise() is not None
+    n = 6
+    result = async_sgd(problem, comm=SELF, method=method, n_workers=n, tau=tau, step_size=0.05, seed=3,
+                       max_steps=None, max_gradients=300, stop_at_epsilon=False, trace=True, **extra)
+    batch = {"minibatch": n, "rennala": 3}.get(method, 1)
+    expected = iterate_from_trace(problem, result, method, 0.05, batch=batch, seed=3)
+    assert result.steps > 10 and result.x.tobytes() == expected.tobytes()
+
+
+def test_only_gaussian_noise_problems_give_their_noise_apart():
+    assert WorstCase(dim=4, mask=0.5).gradient_noise() is None  # its coin comes before the noise
+    assert get_problem("heterogeneous-quadratic", workers=3).gradient_noise() is None  # f_i of its own
+    assert get_problem("least-squares", rows=10, dim=2).gradient_noise() is None
+
+
 STALENESS_CASES = [
     ("ringmaster", {"threshold": 1}), ("ringmaster", {"threshold": 2}), ("ringmaster", {"threshold": 3}),
     ("ringmaster", {"threshold": 1, "stop_computations": True}),
@@ -490,6 +537,21 @@ def test_event_queue_bulk_of_fixed_times_that_round_together_goes_by_worker(star
     base = np.array([1.0, 3.0, 3.0000000000000004, 2.9999999999999996, 5.000000000000001, 5.0])
     taus = rng.permutation(np.concatenate([np.repeat(base, 40), rng.uniform(1, 6, 100)]))
     queue = EventQueue(taus.size, taus)
+    queue.start_all(start)
+    assert [popped(queue) for _ in range(taus.size)] == exact_order(start, taus)
+    assert queue.peek() is None
+
+
+@pytest.mark.parametrize("start", [ZERO, (1e3, 0.0), add_time(add_time((1e3, 0.0), 0.1), 1e-14)])
+def test_event_queue_small_chunks_of_fixed_times_that_round_together_go_by_worker(start):
+    """Triples of times an ulp apart at the front, where a bulk's first chunks are a few workers each: at a
+    late start each triple rounds to one time and goes by worker, whatever the triple's order of times."""
+    rng = np.random.default_rng(11)
+    taus = rng.permutation(np.concatenate([np.nextafter(t, [0.0, t, 9.0]) for t in np.arange(1.0, 11.0)]))
+    queue = EventQueue(taus.size, taus)
+    for _ in range(2):  # a restart while the bulk is partly used
+        queue.start_all(start)
+        assert popped(queue) == exact_order(start, taus)[0]
     queue.start_all(start)
     assert [popped(queue) for _ in range(taus.size)] == exact_order(start, taus)
     assert queue.peek() is None

@@ -309,6 +309,10 @@ def async_sgd_tables(result):
             lines.append(f"| {row['method']} | {row['gradients']} | {row['steps']} | {row['evaluations']} | "
                          f"{row['wall_s']:.1f} | {row['cpu_s']:.1f} | {row['events_per_s']:,.0f} | "
                          f"{row['events_per_cpu_s']:,.0f} | {_yes(within)} |")
+        plain = throughput.get("plain_heapq")  # JSON written before 2026-12-07 has no reference loop
+        if plain:
+            lines += ["", f"A plain heapq loop of Asynchronous SGD on the same problem and workers (the reference point; "
+                          f"median of {throughput['repeats']}): {plain['wall_s']:.1f} s ({plain['cpu_s']:.1f} s of CPU)."]
         if throughput.get("extra"):
             lines += ["", f"The communication-aware methods, {throughput['extra_gradients']} gradient events each (the graph "
                           "methods on a mesh of fewer workers), one core:", "",

@@ -197,6 +197,9 @@ def test_the_working_set_rule():
     kept = np.array([True] * 7 + [False])
     d = scores(correlation, norms, L1(1.0), kept)
     assert np.isinf(d[7]) and d[4] < d[2] < d[3]
+    assert np.allclose(d[:7], 1.0 - correlation[:7])  # the KKT violation, skglm's
+    norms[2] = 100.0  # a long column: celer's (1 - 0.9) / 100 would put it first; the violation does not
+    assert np.array_equal(scores(correlation, norms, L1(1.0), kept), d)
     support = np.zeros(8, dtype=bool)
     support[5] = True
     assert list(choose(d, support, 0, 3)) == [0, 4, 5]

@@ -11,7 +11,7 @@ penalty with a duality gap (gap.py: L1, elastic net, group lasso; squared, logis
                                                               refined point: the gap tracks P(x) - P*)
         stop when gap / P(x) <= gap_tol                       (a certificate on the full problem)
         kept &= gap-safe sphere test (gap.py's screen)       (free: the pass above gave A^T theta)
-        score_k = (l1 - |a_k^T theta|) / ||a_k||              (celer's distance to the dual constraint)
+        score_k = l1 - |a_k^T theta|                          (skglm's KKT violation)
         W = support(x) + the best-scored kept columns, |W| = max(p0, min(kept, 2 |support|)),
             and never smaller than the last W                (skglm's size rule, made monotone)
         solve the problem restricted to W, warm-started from x_W, by
@@ -208,12 +208,15 @@ def _dense(matrix):
 
 
 def scores(correlation, norms, penalty, kept):
-    """celer's priority d_k = (bound - level) / spread of the penalty's dual levels (L1: (l1 - |a_k^T theta|) /
-    ||a_k||; a group's members share (lam w_g - ||A_g^T theta||) / ||A_g||_F), smaller: closer to entering the
-    support; +inf for screened columns and for columns that are zero everywhere."""
+    """The priority d_k = bound - level of the penalty's dual levels (L1: l1 - |a_k^T theta|; a group's members
+    share lam w_g - ||A_g^T theta||), smaller: closer to entering the support: skglm's rule, the KKT violation
+    itself.  celer's (bound - level) / spread, which divides by ||a_k||, favours short columns: on sparse data
+    with power-law column frequencies it let the working sets take short columns that stay zero, and needed
+    11-12 outer iterations where this rule needs 2-3 (lasso at 0.01 and 0.005 lambda_max, 100000 x 10000
+    CSR).  +inf for screened columns and for columns that are zero everywhere."""
     level, bound, spread = penalty.dual_levels(correlation, norms)
     with np.errstate(divide="ignore", invalid="ignore"):
-        d = (bound - level) / spread
+        d = bound - level
     d[~kept | (spread == 0)] = np.inf
     return d
 

@@ -26,6 +26,11 @@ broadcast of k + 1, and a few all-reduces of scalars; on rank 0 the coordinate
 descent, O(k^2) per epoch.  Near the answer Newton converges quadratically, so a handful of iterations
 reach any tolerance where an ADMM inner solve takes tens, each an inexact Newton x-step of its own.
 
+On sparse columns H comes from the rows' pairs of nonzeros (mpiopt.kernels.cd.block_hessians: no sparse
+product), and beyond BLOCKED_FROM columns it is never formed: the direction is found by block coordinate
+descent on the model with its gradient carried by the rows (:class:`Blocks`), all-reducing |W| x BLOCK_WIDTH
+numbers of diagonal blocks a direction instead of |W|^2, and BLOCK_WIDTH numbers a block a pass.
+
 Every decision is rank 0's, broadcast (the direction, the step, the stop), so every rank takes the same
 steps; at another rank count only the sums' rounding differs.
 """
@@ -46,6 +51,11 @@ FORCING = 0.3                     # the subproblem is solved to eta x the violat
 FORCING_MIN = 1e-4                # clipped to [FORCING_MIN, FORCING] (superlinear, and above rounding)
 REFINE_STEPS = 2                  # the certificate's point: a Newton step, then chord steps on its Hessian
 ROUNDING = 1e-13                  # and never below this x l1 (the subproblem's own rounding)
+BLOCK_WIDTH = 128                 # the blocked direction's column blocks (its all-reduces: one per block a pass)
+BLOCKED_FROM = 384                # sparse working sets with more columns than this take the blocked direction
+BLOCK_PASSES = 200                # passes over the blocks of one direction
+BLOCK_FORCING = 0.03              # the blocked direction's subproblem: to at most this x the violation at x
+BLOCK_EPOCHS = 8                  # coordinate-descent epochs on one block in one pass
 
 
 def supports(loss, penalty):
@@ -121,6 +131,10 @@ class ProxNewton:
         self.free = getattr(penalty, "count", 0)  # Unpenalized's free last coordinates: the intercept
         self.dual_penalty = certificate_of(shard, penalty).penalty
         self.epochs = 0
+        design = shard.design
+        self.blocks = None  # sparse columns: the Hessian by the kernels of Blocks (a dense H from one block)
+        if design.sparse and not shard.constant_hessian:
+            self.blocks = Blocks(shard, BLOCK_WIDTH if design.features > BLOCKED_FROM else max(design.features, 1))
 
     def solve(self, x, tol, max_iter, deadline=None, signals=False):
         """Newton iterations from x (host array over the working set and the intercept) until the restricted
@@ -208,7 +222,11 @@ class ProxNewton:
         shard = self.shard
         if shard.constant_hessian and self.constant is not None:
             return self.constant
+        if self.blocks is not None and len(self.blocks.starts) > 1:
+            return self.blocks.hessian(second, self.comm)
         H = np.zeros((shard.n, shard.n))
+        if self.blocks is not None:  # one block: H itself, from the rows' pairs of nonzeros (no sparse product)
+            return self.blocks.dense_hessian(second, self.comm)
         if shard.active:
             H[:] = shard.design.gram(weights=second)
         self.comm.Allreduce(MPI.IN_PLACE, H, op=MPI.SUM)
@@ -222,15 +240,24 @@ class ProxNewton:
         eta = violation / l1 clipped to [``floor``, FORCING], broadcast."""
         comm, size = self.comm, self.shard.n
         packet = np.empty(size + 1)
+        if isinstance(H, BlockHessian):
+            # each pass costs a pass over the columns: a looser model solve than the dense one's, which is free
+            target = max(self.target(x, grad, floor), BLOCK_FORCING * violation(x, grad, self.l1, self.l2, self.free))
+            packet[:size] = self.blocks.direction(x, grad, H, target, self)
         if comm.rank == 0:
-            here = violation(x, grad, self.l1, self.l2, self.free)
-            target = max(min(FORCING, max(here / max(self.l1, 1e-300), floor)) * here, ROUNDING * self.l1)
-            y, epochs = penalized_quadratic(H, grad, x, self.l1, self.l2, self.free, target)
-            self.epochs += epochs
-            packet[:size] = y - x
-            packet[size] = float(grad @ packet[:size]) + self.penalty.value(y) - self.penalty.value(x)
+            if not isinstance(H, BlockHessian):
+                y, epochs = penalized_quadratic(H, grad, x, self.l1, self.l2, self.free, self.target(x, grad, floor))
+                self.epochs += epochs
+                packet[:size] = y - x
+            packet[size] = float(grad @ packet[:size]) + self.penalty.value(x + packet[:size]) - self.penalty.value(x)
         comm.Bcast(packet, root=0)
         return packet[:size].copy(), float(packet[size])
+
+    def target(self, x, grad, floor):
+        """The subproblem's tolerance: eta x the violation at x, eta = violation / l1 clipped to [floor, FORCING],
+        and at least ROUNDING x l1."""
+        here = violation(x, grad, self.l1, self.l2, self.free)
+        return max(min(FORCING, max(here / max(self.l1, 1e-300), floor)) * here, ROUNDING * self.l1)
 
     def estimate(self, grad, objective, dual):
         """The restricted problem's relative duality gap from the sums of one pass, a bound that needs no
@@ -299,3 +326,143 @@ class ProxNewton:
             return step, margin + margin_step, full
         margin = margin + step * margin_step
         return step, margin, shard.newton_terms(margin)
+
+
+class BlockHessian:
+    """H kept as its all-reduced diagonal blocks (flat ``values``, the intercept's curvature ``total``) and this
+    rank's row weights phi'' (the rest of H acts through them)."""
+
+    def __init__(self, values, total, weights, diagonals):
+        self.values, self.total, self.weights, self.diagonals = values, total, weights, diagonals
+
+
+class Blocks:
+    """The Hessian-free direction on a sparse working set: block coordinate descent on the proximal Newton model
+
+        q(d) = grad^T d + d^T H d / 2 + g(x + d),   H = sum over ranks of A_i^T diag(phi''_i) A_i,
+
+    the columns in consecutive blocks B of BLOCK_WIDTH (the intercept a block of its own).  H is never formed:
+    each rank keeps w_i = diag(phi''_i) A_i d, so the model's gradient on a block is grad_B + sum_i A_iB^T w_i
+    (one all-reduce of |B| numbers), and the block's subproblem is solved on its diagonal block H_BB (all
+    all-reduced once a direction, |W| x BLOCK_WIDTH numbers in all) by the coordinate descent of
+    :func:`penalized_quadratic`; then w_i += diag(phi''_i) A_iB delta_B on each rank.  Passes over the blocks
+    end when the largest violation seen in a pass (each block's, before its update) is <= the target: the
+    direction is the model's minimizer to that tolerance, as the dense one.  Every rank solves the blocks
+    itself from the same all-reduced numbers; rank 0 decides the passes and its direction is broadcast, so
+    the ranks take one step.
+
+    Cost on rank i: the diagonal blocks, sum over its rows of (nonzeros of the row in each block)^2; a pass,
+    2 nnz(A_iW) flops and |W| / BLOCK_WIDTH all-reduces of BLOCK_WIDTH numbers.  skglm's and liblinear's
+    coordinate descent (one column product per coordinate, no Hessian) made distributed a block at a time."""
+
+    def __init__(self, shard, width):
+        """``width``: the blocks' (one block of every column: the dense Hessian, :meth:`dense_hessian`)."""
+        import scipy.sparse
+        design = shard.design
+        self.active, self.rows, self.features = shard.active, design.rows, design.features
+        self.intercept = design.intercept
+        csc = scipy.sparse.csc_matrix(design.A) if design.A.format != "csc" else design.A
+        if not csc.has_sorted_indices:
+            csc = csc.sorted_indices()
+        self.csc, self.csr = csc, csc.tocsr()
+        self.csr.sort_indices()
+        self.width = width
+        self.starts = np.arange(0, self.features, width, dtype=np.int64)
+        self.sizes = np.minimum(width, self.features - self.starts).astype(np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes * self.sizes)[:-1]]).astype(np.int64)
+        self.count = int((self.sizes * self.sizes).sum())
+
+    def hessian(self, weights, comm):
+        """The all-reduced diagonal blocks (and the intercept's curvature sum phi''): one all-reduce."""
+        from ..kernels.cd import block_hessians
+        values = np.zeros(self.count + 1)
+        if self.active:
+            weights = np.ones(self.rows) if weights is None else np.ascontiguousarray(weights, dtype=float)
+            block_hessians(self.csc, self.csr, weights, self.width, self.offsets, self.sizes, values[:-1])
+            values[-1] = float(weights.sum())
+        comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        diagonals = np.concatenate([np.diag(values[offset:offset + width * width].reshape(width, width))
+                                    for offset, width in zip(self.offsets, self.sizes)]) if self.features else np.zeros(0)
+        return BlockHessian(values[:-1], float(values[-1]), weights if self.active else None, diagonals)
+
+    def dense_hessian(self, weights, comm):
+        """H = A^T diag(weights) A (with the intercept's row and column) as a dense array, all-reduced: the
+        columns in one block."""
+        from ..kernels.cd import block_hessians
+        n, features = self.features + int(self.intercept), self.features
+        H = np.zeros((n, n))
+        if self.active:
+            weights = np.ones(self.rows) if weights is None else np.ascontiguousarray(weights, dtype=float)
+            if features:
+                block = np.zeros(features * features)
+                block_hessians(self.csc, self.csr, weights, self.width, self.offsets, self.sizes, block)
+                H[:features, :features] = block.reshape(features, features)
+            if self.intercept:
+                sums = np.asarray(self.csc.T @ weights).ravel()
+                H[:features, -1] = sums
+                H[-1, :features] = sums
+                H[-1, -1] = float(weights.sum())
+        comm.Allreduce(MPI.IN_PLACE, H, op=MPI.SUM)
+        return H
+
+    def direction(self, x, grad, H, target, solver):
+        """d (rank 0's, before the caller's broadcast) minimizing the model to ``target``."""
+        from ..kernels.cd import block_gradient, block_solve, block_update
+        comm, l1, l2 = solver.comm, solver.l1, solver.l2
+        size = len(x)
+        d = np.zeros(size)
+        w = np.zeros(self.rows)
+        weights = H.weights
+        part = np.empty(BLOCK_WIDTH)
+        blocks = len(self.starts)
+        # glmnet's cycling, by blocks: a full pass, then passes over the blocks with a nonzero coefficient until
+        # they meet the target, then a full pass again, until a full pass meets it.  The blocks to visit are
+        # rank 0's, broadcast with its verdict, so every rank makes the same all-reduces.
+        plan = np.ones(blocks + 1)  # [the last pass met the target, which blocks to visit]
+        full = True
+        for _ in range(BLOCK_PASSES):
+            worst = 0.0
+            for index in np.flatnonzero(plan[1:]):
+                lo, width, offset = self.starts[index], self.sizes[index], self.offsets[index]
+                hi = lo + width
+                local = part[:width]
+                if self.active:
+                    block_gradient(self.csc, lo, hi, w, local)
+                else:
+                    local[:] = 0.0
+                comm.Allreduce(MPI.IN_PLACE, local, op=MPI.SUM)
+                model = grad[lo:hi] + local
+                here = x[lo:hi] + d[lo:hi]
+                y = here.copy()
+                first, epochs = block_solve(H.values[offset:offset + width * width].reshape(width, width),
+                                            H.diagonals[lo:hi], y, model, l1, l2, target, BLOCK_EPOCHS)
+                worst = max(worst, first)
+                solver.epochs += epochs
+                delta = y - here
+                if delta.any():
+                    d[lo:hi] += delta
+                    if self.active:
+                        block_update(self.csc, lo, hi, delta, weights, w)
+            if self.intercept and H.total > 0:
+                total = np.array([float(w.sum()) if self.active else 0.0])
+                comm.Allreduce(MPI.IN_PLACE, total, op=MPI.SUM)
+                model = grad[-1] + float(total[0])
+                worst = max(worst, abs(model))
+                delta = -model / H.total
+                d[-1] += delta
+                if self.active:
+                    w += weights * delta
+            if comm.rank == 0:
+                met = worst <= target
+                if met and full:
+                    plan[0] = 1.0
+                else:
+                    plan[0] = 0.0
+                    full = met  # met on the nonzero blocks: check every block again
+                    nonzero = np.add.reduceat((x[:self.features] + d[:self.features]) != 0, self.starts) > 0 \
+                        if blocks else np.zeros(0, dtype=bool)
+                    plan[1:] = 1.0 if full or not nonzero.any() else nonzero
+            comm.Bcast(plan, root=0)
+            if plan[0]:
+                break
+        return d

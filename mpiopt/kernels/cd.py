@@ -73,3 +73,150 @@ def sweep(order, y, r, H, diagonal, l1, l2, penalized):
         sweep_compiled(np.asarray(order, dtype=np.int64), y, r, H, diagonal, float(l1), float(l2), int(penalized))
     else:
         sweep_numpy(order, y, r, H, diagonal, l1, l2, penalized)
+
+
+# ---------------------------------------------------------------- blocks of sparse columns
+# proximal Newton's Hessian-free direction on a sparse working set (mpiopt/admm/proxnewton.py, ``Blocked``):
+# the columns of a CSC block in consecutive ranges, each range's gradient A_B^T w, its update w += D A_B delta,
+# and the diagonal blocks A_B^T diag(D) A_B of the Hessian from the CSR copy.  Each twin is scipy's or numpy's
+# product; the compiled kernels run the same sums in the same order (by column, by row index).
+
+
+def block_gradient_numpy(indptr, indices, data, lo, hi, w, out):
+    """out[j - lo] = a_j^T w for the CSC columns lo <= j < hi."""
+    for j in range(lo, hi):
+        start, stop = indptr[j], indptr[j + 1]
+        out[j - lo] = float(data[start:stop] @ w[indices[start:stop]]) if stop > start else 0.0
+
+
+@compiled.jit
+def block_gradient_compiled(indptr, indices, data, lo, hi, w, out):
+    for j in range(lo, hi):
+        total = 0.0
+        for p in range(indptr[j], indptr[j + 1]):
+            total += data[p] * w[indices[p]]
+        out[j - lo] = total
+
+
+def block_update_numpy(indptr, indices, data, lo, hi, delta, weights, w):
+    """w[i] += a_ij delta[j - lo] weights[i] for the CSC columns lo <= j < hi with delta != 0 (the row indices
+    of a column are distinct, so one fancy-indexed addition per column)."""
+    for j in range(lo, hi):
+        change = delta[j - lo]
+        if change != 0.0:
+            start, stop = indptr[j], indptr[j + 1]
+            rows = indices[start:stop]
+            w[rows] += data[start:stop] * change * weights[rows]
+
+
+@compiled.jit
+def block_update_compiled(indptr, indices, data, lo, hi, delta, weights, w):
+    for j in range(lo, hi):
+        change = delta[j - lo]
+        if change != 0.0:
+            for p in range(indptr[j], indptr[j + 1]):
+                i = indices[p]
+                w[i] += data[p] * change * weights[i]
+
+
+@compiled.jit
+def block_hessians_compiled(indptr, indices, data, weights, width, offsets, sizes, out):
+    """out[offsets[B] + a * sizes[B] + c] += sum_i weights_i a_i,(B width + a) a_i,(B width + c) over the CSR rows
+    (sorted column indices), both columns in block B = column // width: the diagonal blocks only."""
+    for i in range(indptr.shape[0] - 1):
+        weight = weights[i]
+        start, stop = indptr[i], indptr[i + 1]
+        p = start
+        while p < stop:
+            block = indices[p] // width
+            q = p
+            while q < stop and indices[q] // width == block:
+                q += 1
+            base, size, first = offsets[block], sizes[block], block * width
+            for s in range(p, q):
+                scaled = weight * data[s]
+                row = base + (indices[s] - first) * size - first
+                for t in range(p, q):
+                    out[row + indices[t]] += scaled * data[t]
+            p = q
+
+
+def block_hessians_numpy(csc, weights, width, offsets, sizes, out):
+    """The diagonal blocks by scipy's products, block by block (the twin of :func:`block_hessians_compiled`, the
+    same values up to the order of the sums)."""
+    scaled = csc.multiply(weights[:, None]).tocsc()
+    for block, (base, size) in enumerate(zip(offsets, sizes)):
+        lo = block * width
+        piece = (csc[:, lo:lo + size].T @ scaled[:, lo:lo + size]).toarray()
+        out[base:base + size * size] += piece.ravel()
+
+
+def block_gradient(csc, lo, hi, w, out):
+    if compiled.enabled():
+        block_gradient_compiled(csc.indptr, csc.indices, csc.data, lo, hi, w, out)
+    else:
+        block_gradient_numpy(csc.indptr, csc.indices, csc.data, lo, hi, w, out)
+
+
+def block_update(csc, lo, hi, delta, weights, w):
+    if compiled.enabled():
+        block_update_compiled(csc.indptr, csc.indices, csc.data, lo, hi, delta, weights, w)
+    else:
+        block_update_numpy(csc.indptr, csc.indices, csc.data, lo, hi, delta, weights, w)
+
+
+def block_hessians(csc, csr, weights, width, offsets, sizes, out):
+    """Add this rank's diagonal blocks A_B^T diag(weights) A_B into ``out`` (flat, block B at offsets[B], row-major
+    sizes[B] x sizes[B]); ``offsets`` and ``sizes`` int64 arrays."""
+    if compiled.enabled():
+        block_hessians_compiled(csr.indptr, csr.indices, csr.data, weights, width, offsets, sizes, out)
+    else:
+        block_hessians_numpy(csc, weights, width, offsets, sizes, out)
+
+
+def _distance(y, r, l1, l2):
+    """The distance from -(r + l2 y) to l1's subdifferential at y (proxnewton.distances for one coordinate)."""
+    shifted = r + l2 * y
+    if y != 0.0:
+        return abs(shifted + math.copysign(l1, y))
+    return max(abs(shifted) - l1, 0.0)
+
+
+_distance_compiled = compiled.jit(_distance)
+
+
+def block_solve_numpy(H, diagonal, y, r, l1, l2, tolerance, max_epochs):
+    """Cyclic coordinate descent on one block's penalized quadratic (every coordinate penalized), in place on y
+    and r (the model's gradient at y), until the largest distance is <= ``tolerance``, at most ``max_epochs``
+    sweeps.  Returns (the largest distance before the first sweep, the sweeps)."""
+    order = np.arange(len(y), dtype=np.int64)
+    first = max((_distance(y[k], r[k], l1, l2) for k in range(len(y))), default=0.0)
+    worst, epochs = first, 0
+    while worst > tolerance and epochs < max_epochs:
+        sweep_numpy(order, y, r, H, diagonal, l1, l2, len(y))
+        epochs += 1
+        worst = max((_distance(y[k], r[k], l1, l2) for k in range(len(y))), default=0.0)
+    return first, epochs
+
+
+@compiled.jit
+def block_solve_compiled(H, diagonal, y, r, l1, l2, tolerance, max_epochs):
+    size = y.shape[0]
+    order = np.arange(size)
+    first = 0.0
+    for k in range(size):
+        first = max(first, _distance_compiled(y[k], r[k], l1, l2))
+    worst, epochs = first, 0
+    while worst > tolerance and epochs < max_epochs:
+        sweep_compiled(order, y, r, H, diagonal, l1, l2, size)
+        epochs += 1
+        worst = 0.0
+        for k in range(size):
+            worst = max(worst, _distance_compiled(y[k], r[k], l1, l2))
+    return first, epochs
+
+
+def block_solve(H, diagonal, y, r, l1, l2, tolerance, max_epochs):
+    if compiled.enabled():
+        return block_solve_compiled(H, diagonal, y, r, float(l1), float(l2), float(tolerance), int(max_epochs))
+    return block_solve_numpy(H, diagonal, y, r, l1, l2, tolerance, max_epochs)

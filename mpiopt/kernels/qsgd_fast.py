@@ -138,16 +138,17 @@ if numba is not None:  # the kernels at module level, so that numba's on-disk ca
 
     # -- the noise: triple32 of (index mod 2^32) XOR seed (mpiopt.kernels.hash32) ------------------------------
     @intrinsic
-    def hash_word(typingctx, index, seed):
-        """``triple32((index mod 2^32) ^ seed)`` in i32 arithmetic (index a uint64, seed a uint32): numba's
-        integer typing would widen the products to 64 bits."""
+    def hash_word(typingctx, offset, base, seed):
+        """``triple32(((base + offset) mod 2^32) ^ seed)`` in i32 arithmetic (offset an int64 loop index, base
+        a uint32, seed a uint32): numba's integer typing would widen the products to 64 bits, and an i32 index
+        lets LLVM keep a 32-bit vector induction instead of narrowing 64-bit ones."""
         def codegen(context, builder, signature, args):
-            x = builder.xor(builder.trunc(args[0], i32), args[1])
+            x = builder.xor(builder.add(builder.trunc(args[0], i32), args[1]), args[2])
             for shift, multiplier in zip(SHIFTS, MULTIPLIERS):
                 x = builder.xor(x, builder.lshr(x, ir.Constant(i32, shift)))
                 x = builder.mul(x, ir.Constant(i32, multiplier))
             return builder.xor(x, builder.lshr(x, ir.Constant(i32, SHIFTS[-1])))
-        return types.uint32(types.uint64, types.uint32), codegen
+        return types.uint32(offset, types.uint32, types.uint32), codegen
 
     # -- norms --------------------------------------------------------------------------------------------------
     @intrinsic
@@ -228,11 +229,12 @@ if numba is not None:  # the kernels at module level, so that numba's on-disk ca
         t < count: one bucket's part of a piece; with ``feedback`` also x[first + t] -= level decoded_step
         (x the residual: e -= decoded, the level exact as a float).  (Unsigned indices: no negative-index
         wraparound, so LLVM vectorizes; no array views either, whose reference counts cost atomic calls.)"""
+        base = np.uint32(first & 0xFFFFFFFF)
         for t in range(count):
             where = np.uint64(first + t)
             value = x[where]
             y = value * scale
-            y = y + unit_like(hash_word(where, seed), y)
+            y = y + unit_like(hash_word(t, base, seed), y)
             y = floor(y)
             if y > bound:
                 y = bound

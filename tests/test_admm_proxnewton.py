@@ -209,7 +209,8 @@ def test_the_blocked_direction_is_the_dense_models_minimizer(seed, intercept, l2
 @pytest.mark.mpi(min_size=1)
 @pytest.mark.parametrize("layout", ["uneven", "empty"])
 @pytest.mark.parametrize("intercept", [False, True])
-def test_blocked_proximal_newton_reaches_the_optimum_at_any_rank_count(comm, intercept, layout, monkeypatch):
+@pytest.mark.parametrize("model", ["logistic_l1", "lasso"])
+def test_blocked_proximal_newton_reaches_the_optimum_at_any_rank_count(comm, model, intercept, layout, monkeypatch):
     """Working sets large enough for the blocked direction (the blocks made small here): the certificate holds
     against an independent L-BFGS-B solve, and the answer is one process's on all the rows."""
     from mpiopt.admm import proxnewton
@@ -220,13 +221,15 @@ def test_blocked_proximal_newton_reaches_the_optimum_at_any_rank_count(comm, int
     calls = []
     direction = proxnewton.Blocks.direction
     monkeypatch.setattr(proxnewton.Blocks, "direction", lambda self, *a: calls.append(1) or direction(self, *a))
-    A, b = problem_data(31, (160, 40), 0.5, "logistic_l1", True)
+    A, b = problem_data(31, (160, 40), 0.5, model, True)
+    loss = "logistic" if model == "logistic_l1" else "squared"
     start, stop = shard_bounds(A.shape[0], comm, layout)
-    settings = dict(lam_ratio=0.03, intercept=intercept, gap_tol=1e-10, inner_solver="prox_newton")
-    result = solve(A[start:stop], b[start:stop], "logistic", "l1", comm=comm, **settings)
+    settings = dict(lam_ratio=0.03 if loss == "logistic" else 0.003, intercept=intercept, gap_tol=1e-10,
+                    inner_solver="prox_newton")
+    result = solve(A[start:stop], b[start:stop], loss, "l1", comm=comm, **settings)
     assert calls and max(result.info["working_set_sizes"]) > 8 and result.status == "converged"
-    optimum = optimal_objective(A, b, "logistic_l1", result.info["lam"], intercept)
+    optimum = optimal_objective(A, b, model, result.info["lam"], intercept)
     assert result.objective - result.gap <= optimum + 1e-11 * abs(optimum)
     assert result.objective <= optimum + 2e-10 * abs(optimum)
-    alone = solve(A, b, "logistic", "l1", comm=MPI.COMM_SELF, **settings)
+    alone = solve(A, b, loss, "l1", comm=MPI.COMM_SELF, **settings)
     assert np.abs(np.asarray(result.x) - np.asarray(alone.x)).max() < 1e-7

@@ -51,10 +51,11 @@ FORCING = 0.3                     # the subproblem is solved to eta x the violat
 FORCING_MIN = 1e-4                # clipped to [FORCING_MIN, FORCING] (superlinear, and above rounding)
 REFINE_STEPS = 2                  # the certificate's point: a Newton step, then chord steps on its Hessian
 ROUNDING = 1e-13                  # and never below this x l1 (the subproblem's own rounding)
-BLOCK_WIDTH = 128                 # the blocked direction's column blocks (its all-reduces: one per block a pass)
-BLOCKED_FROM = 384                # sparse working sets with more columns than this take the blocked direction
+BLOCK_WIDTH = 512                 # the blocked direction's column blocks (its all-reduces: one per block a pass)
+BLOCKED_FROM = 512                # sparse working sets with more columns than this take the blocked direction
 BLOCK_PASSES = 200                # passes over the blocks of one direction
 BLOCK_FORCING = 0.03              # the blocked direction's subproblem: to at most this x the violation at x
+ANDERSON = 5                      # the blocked direction extrapolates every this many passes
 BLOCK_EPOCHS = 8                  # coordinate-descent epochs on one block in one pass
 
 
@@ -133,8 +134,10 @@ class ProxNewton:
         self.epochs = 0
         design = shard.design
         self.blocks = None  # sparse columns: the Hessian by the kernels of Blocks (a dense H from one block)
-        if design.sparse and not shard.constant_hessian:
-            self.blocks = Blocks(shard, BLOCK_WIDTH if design.features > BLOCKED_FROM else max(design.features, 1))
+        if design.sparse and design.features > BLOCKED_FROM:
+            self.blocks = Blocks(shard, BLOCK_WIDTH)
+        elif design.sparse and hessian is None:
+            self.blocks = Blocks(shard, max(design.features, 1))
 
     def solve(self, x, tol, max_iter, deadline=None, signals=False):
         """Newton iterations from x (host array over the working set and the intercept) until the restricted
@@ -223,13 +226,14 @@ class ProxNewton:
         if shard.constant_hessian and self.constant is not None:
             return self.constant
         if self.blocks is not None and len(self.blocks.starts) > 1:
-            return self.blocks.hessian(second, self.comm)
-        H = np.zeros((shard.n, shard.n))
-        if self.blocks is not None:  # one block: H itself, from the rows' pairs of nonzeros (no sparse product)
-            return self.blocks.dense_hessian(second, self.comm)
-        if shard.active:
-            H[:] = shard.design.gram(weights=second)
-        self.comm.Allreduce(MPI.IN_PLACE, H, op=MPI.SUM)
+            H = self.blocks.hessian(second, self.comm)
+        elif self.blocks is not None:  # one block: H itself, from the rows' pairs of nonzeros (no sparse product)
+            H = self.blocks.dense_hessian(second, self.comm)
+        else:
+            H = np.zeros((shard.n, shard.n))
+            if shard.active:
+                H[:] = shard.design.gram(weights=second)
+            self.comm.Allreduce(MPI.IN_PLACE, H, op=MPI.SUM)
         if shard.constant_hessian:
             self.constant = H
         return H
@@ -413,8 +417,9 @@ class Blocks:
         d = np.zeros(size)
         w = np.zeros(self.rows)
         weights = H.weights
-        part = np.empty(BLOCK_WIDTH)
+        part = np.empty(self.width)
         blocks = len(self.starts)
+        iterates = []
         # glmnet's cycling, by blocks: a full pass, then passes over the blocks with a nonzero coefficient until
         # they meet the target, then a full pass again, until a full pass meets it.  The blocks to visit are
         # rank 0's, broadcast with its verdict, so every rank makes the same all-reduces.
@@ -452,8 +457,13 @@ class Blocks:
                 d[-1] += delta
                 if self.active:
                     w += weights * delta
+            iterates.append(d.copy())
+            extrapolated = False
+            if len(iterates) == ANDERSON + 1:
+                extrapolated = self.extrapolate(iterates, x, grad, H, d, w, comm, l1, l2)
+                iterates.clear()
             if comm.rank == 0:
-                met = worst <= target
+                met = worst <= target and not extrapolated  # an extrapolated d is checked by one more pass
                 if met and full:
                     plan[0] = 1.0
                 else:
@@ -466,3 +476,46 @@ class Blocks:
             if plan[0]:
                 break
         return d
+
+    def margins(self, d):
+        """A_i d on this rank's rows."""
+        u = np.asarray(self.csc @ d[:self.features]).ravel() if self.features else np.zeros(self.rows)
+        return u + d[-1] if self.intercept else u
+
+    def extrapolate(self, iterates, x, grad, H, d, w, comm, l1, l2):
+        """Anderson extrapolation of the last passes' directions (skglm's AndersonCD, Bertrand and Massias
+        2021): d' = sum_k c_k d_k with c minimizing ||sum_k c_k (d_k - d_(k-1))|| subject to sum_k c_k = 1, taken
+        (d and w overwritten in place) when it lowers the model; rank 0 decides.  Two passes over the columns
+        (A d, A d') and one all-reduce.  Returns whether it was taken."""
+        U = np.diff(np.array(iterates), axis=0)
+        try:
+            z = np.linalg.solve(U @ U.T, np.ones(len(U)))
+        except np.linalg.LinAlgError:
+            z = None
+        proposal = None
+        if z is not None and np.isfinite(z).all() and z.sum() != 0:
+            proposal = (z / z.sum()) @ np.array(iterates[1:])
+        verdict = np.zeros(1)
+        if comm.bcast(proposal is not None if comm.rank == 0 else None, root=0):
+            if proposal is None:  # rank 0 has one: the others follow it with its broadcast below
+                proposal = np.zeros_like(d)
+            comm.Bcast(proposal, root=0)
+            sums = np.zeros(2)
+            if self.active:
+                weights = H.weights
+                now, new = self.margins(d), self.margins(proposal)
+                sums[:] = 0.5 * float(weights @ (now * now)), 0.5 * float(weights @ (new * new))
+            comm.Allreduce(MPI.IN_PLACE, sums, op=MPI.SUM)
+            if comm.rank == 0:
+                f = self.features
+
+                def model(step):
+                    y = x[:f] + step[:f]
+                    return float(grad @ step) + l1 * float(np.abs(y).sum()) + 0.5 * l2 * float(y @ y)
+                verdict[0] = float(model(proposal) + sums[1] < model(d) + sums[0])
+            comm.Bcast(verdict, root=0)
+            if verdict[0]:
+                d[:] = proposal
+                if self.active:
+                    w[:] = H.weights * new
+        return bool(verdict[0])

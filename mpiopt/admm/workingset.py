@@ -67,6 +67,7 @@ from .losses.squared import SquaredLossShard
 from .penalties import PROX_NEWTON, penalties_declaring
 from .point import Point
 from .printing import working_set_banner_lines, working_set_footer_lines, working_set_log
+from . import proxnewton
 from .proxnewton import ProxNewton, supports as newton_supports
 from .result import ADMMResult
 
@@ -130,7 +131,8 @@ class ColumnCache:
                 self.block = block
             self.block[:, count:total] = gathered
             old = self.block[:, :count]
-        if self.gram_wanted and design.rows >= total + 1:
+        if self.gram_wanted and design.rows >= total + 1 and not (design.sparse and total > proxnewton.BLOCKED_FROM):
+            # (a large sparse set's proximal Newton works from blocks of its Hessian: proxnewton.Blocks)
             cross = _dense(old.T @ gathered) if count else None
             square = _dense(gathered.T @ gathered)
             sums = np.asarray(gathered.sum(axis=0)).ravel() if design.sparse else gathered.sum(axis=0)

@@ -122,7 +122,8 @@ def block_update_compiled(indptr, indices, data, lo, hi, delta, weights, w):
 @compiled.jit
 def block_hessians_compiled(indptr, indices, data, weights, width, offsets, sizes, out):
     """out[offsets[B] + a * sizes[B] + c] += sum_i weights_i a_i,(B width + a) a_i,(B width + c) over the CSR rows
-    (sorted column indices), both columns in block B = column // width: the diagonal blocks only."""
+    (sorted column indices), both columns in block B = column // width: the diagonal blocks only, each summed
+    on its upper triangle and mirrored (``out`` starts at 0: the mirror overwrites the lower triangle)."""
     for i in range(indptr.shape[0] - 1):
         weight = weights[i]
         start, stop = indptr[i], indptr[i + 1]
@@ -133,12 +134,17 @@ def block_hessians_compiled(indptr, indices, data, weights, width, offsets, size
             while q < stop and indices[q] // width == block:
                 q += 1
             base, size, first = offsets[block], sizes[block], block * width
-            for s in range(p, q):
+            for s in range(p, q):  # the upper triangle (the indices are sorted), mirrored below
                 scaled = weight * data[s]
                 row = base + (indices[s] - first) * size - first
-                for t in range(p, q):
+                for t in range(s, q):
                     out[row + indices[t]] += scaled * data[t]
             p = q
+    for block in range(offsets.shape[0]):
+        base, size = offsets[block], sizes[block]
+        for a in range(size):
+            for c in range(a + 1, size):
+                out[base + c * size + a] = out[base + a * size + c]
 
 
 def block_hessians_numpy(csc, weights, width, offsets, sizes, out):

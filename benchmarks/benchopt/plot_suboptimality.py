@@ -4,7 +4,8 @@
 
 P* of a setting (data set, loss, lam_ratio) is the smallest objective any run of any solver reached; a
 run's point is ((P(x) - P*) / |P*|, its time), the median over benchopt's repetitions at each tolerance.
-Also prints, per setting, each solver's first time within --target (1e-6) of P*.
+Also prints a markdown table: per setting, each solver's first time within --target (1e-6) of P*, the
+fastest in bold.
 """
 import argparse
 
@@ -14,7 +15,8 @@ import numpy as np
 def settings_of(frame):
     import pandas as pd
     frame = frame.copy()
-    frame["setting"] = frame["dataset_name"] + " | " + frame["objective_name"]
+    frame["setting"] = (frame["dataset_name"].str.split("[").str[0] + " | " + frame["p_obj_loss"] + " | "
+                        + frame["p_obj_lam_ratio"].astype(str))
     best = frame.groupby("setting")["objective_value"].transform("min")
     frame["suboptimality"] = (frame["objective_value"] - best) / best.abs()
     curves = (frame.groupby(["setting", "solver_name", "stop_val"], sort=False)[["time", "suboptimality"]]
@@ -29,6 +31,22 @@ def first_within(curves, target):
         reached = group[group["suboptimality"] <= target]
         table.setdefault(setting, {})[solver] = float(reached["time"].min()) if len(reached) else None
     return table
+
+
+def markdown_table(table):
+    """One row per setting, one column per solver: seconds to the target, the fastest in bold."""
+    solvers = sorted({solver for times in table.values() for solver in times})
+    lines = ["| data set | loss | lam / lambda_max | " + " | ".join(solvers) + " |",
+             "|---|---|---:|" + "---:|" * len(solvers)]
+    for setting, times in table.items():
+        reached = [seconds for seconds in times.values() if seconds is not None]
+        cells = []
+        for solver in solvers:
+            seconds = times.get(solver)
+            text = "not reached" if seconds is None else f"{seconds:.3g}"
+            cells.append(f"**{text}**" if reached and seconds == min(reached) else text)
+        lines.append("| " + " | ".join(setting.split(" | ")) + " | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def plot(curves, path, target, floor=1e-12):
@@ -48,8 +66,8 @@ def plot(curves, path, target, floor=1e-12):
             axis.loglog(group["time"], np.maximum(group["suboptimality"], floor), marker="o", markersize=3,
                         color=colors[solver], label=solver)
         axis.axhline(target, color="grey", linewidth=0.8, linestyle="--")
-        dataset, objective = setting.split(" | ")
-        axis.set_title(f"{dataset.split('[')[0]}: {objective.split('[')[-1].rstrip(']')}", fontsize=9)
+        dataset, loss, ratio = setting.split(" | ")
+        axis.set_title(f"{dataset}: {loss}, lam = {ratio} lambda_max", fontsize=9)
         axis.set_xlabel("time (s)")
         axis.set_ylabel("(P(x) - P*) / P*")
         axis.xaxis.set_minor_formatter(NullFormatter())
@@ -71,11 +89,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     frame = pd.read_parquet(args.result) if args.result.endswith(".parquet") else pd.read_csv(args.result)
     curves = settings_of(frame)
-    for setting, times in first_within(curves, args.target).items():
-        ranked = sorted(times.items(), key=lambda item: (item[1] is None, item[1] or 0.0))
-        print(setting)
-        for solver, seconds in ranked:
-            print(f"    {solver:24s} {'not reached' if seconds is None else f'{seconds:.4f} s'}")
+    print(markdown_table(first_within(curves, args.target)))
     if args.output:
         plot(curves, args.output, args.target)
         print(f"figure written to {args.output}")

@@ -345,23 +345,13 @@ def _collect_block(data, bits, base, stop, mask, estimate, found, count):
 @jit(inline="always")
 def _collect_chunk(data, bits, start, mask, estimate, flags, found, count):
     """:func:`_collect_block` of the CHUNK elements from ``start``: the comparisons first, vectorized, into
-    ``flags`` (bytes), then only the groups of eight with a flag set are looked at, without a branch per
-    element while the buffer has room (a candidate's branch would be mispredicted about once in each)."""
+    ``flags`` (bytes), then only the groups of eight with a flag set are looked at one by one."""
     for j in range(CHUNK):
         flags[j] = (bits[start + j] & mask) >= estimate
     words = flags.view(np.uint64)
-    indices, keys, values = found
     for word in range(CHUNK // 8):
         if words[word] != 0:
-            base = start + 8 * word
-            if count + 8 <= indices.size:  # room for all eight: written unconditionally, counted by the flag
-                for i in range(base, base + 8):
-                    indices[count] = i
-                    keys[count] = bits[i] & mask
-                    values[count] = data[i]
-                    count += flags[i - start]
-            else:
-                count = _collect_block(data, bits, base, base + 8, mask, estimate, found, count)
+            count = _collect_block(data, bits, start + 8 * word, start + 8 * word + 8, mask, estimate, found, count)
     return count
 
 

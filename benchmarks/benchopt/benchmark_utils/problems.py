@@ -60,7 +60,7 @@ def duality_gap(loss, X, y, lam, x, value):
 
 
 def next_tolerance(stop_val):
-    """The tolerances every solver runs: 1, 1e-1, ..., 1e-9 (benchopt starts from +inf).  A decade a
+    """The tolerances every solver runs: 1, 1e-1, ..., 1e-9 (ProgressCriterion starts at 1).  A decade a
     step, like sparse_solvers.py's ladder, rather than benchopt's default factor 1.5; no rung below 1e-9,
     where liblinear's L1 logistic runs for minutes on the synthetic design."""
     return max(min(1.0, stop_val / 10.0), 1e-9)

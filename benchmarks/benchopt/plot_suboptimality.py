@@ -1,6 +1,6 @@
 """Relative suboptimality against time from a benchopt result of this benchmark, one panel per setting.
 
-    python benchmarks/benchopt/plot_suboptimality.py RESULT.parquet --output docs/img/benchopt_l1.png
+    python benchmarks/benchopt/plot_suboptimality.py RESULT.parquet [MORE.parquet ...] --output docs/img/benchopt_l1.png
 
 P* of a setting (data set, loss, lam_ratio) is the smallest objective any run of any solver reached; a
 run's point is ((P(x) - P*) / |P*|, its time), the median over benchopt's repetitions at each tolerance.
@@ -83,11 +83,12 @@ def plot(curves, path, target, floor=1e-12):
 def main(argv=None):
     import pandas as pd
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", help="benchopt's result file (.parquet or .csv)")
+    parser.add_argument("results", nargs="+", help="benchopt's result files (.parquet or .csv), read as one")
     parser.add_argument("--output", default=None, help="the PNG to write (none: only the table)")
     parser.add_argument("--target", type=float, default=1e-6)
     args = parser.parse_args(argv)
-    frame = pd.read_parquet(args.result) if args.result.endswith(".parquet") else pd.read_csv(args.result)
+    frame = pd.concat([pd.read_parquet(path) if path.endswith(".parquet") else pd.read_csv(path)
+                       for path in args.results], ignore_index=True)
     curves = settings_of(frame)
     print(markdown_table(first_within(curves, args.target)))
     if args.output:

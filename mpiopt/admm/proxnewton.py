@@ -52,6 +52,7 @@ FORCING_MIN = 1e-4                # clipped to [FORCING_MIN, FORCING] (superline
 REFINE_STEPS = 2                  # the certificate's point: a Newton step, then chord steps on its Hessian
 ROUNDING = 1e-13                  # and never below this x l1 (the subproblem's own rounding)
 BLOCK_WIDTH = 512                 # the blocked direction's column blocks (its all-reduces: one per block a pass)
+BLOCK_ENTRIES = 2 ** 20           # the diagonal blocks' numbers in all, at most: narrower blocks beyond 2048 columns
 BLOCKED_FROM = 512                # sparse working sets with more columns than this take the blocked direction
 BLOCK_PASSES = 200                # passes over the blocks of one direction
 BLOCK_FORCING = 0.03              # the blocked direction's subproblem: to at most this x the violation at x
@@ -135,7 +136,7 @@ class ProxNewton:
         design = shard.design
         self.blocks = None  # sparse columns: the Hessian by the kernels of Blocks (a dense H from one block)
         if design.sparse and design.features > BLOCKED_FROM:
-            self.blocks = Blocks(shard, BLOCK_WIDTH)
+            self.blocks = Blocks(shard, block_width(design.features))
         elif design.sparse and hessian is None:
             self.blocks = Blocks(shard, max(design.features, 1))
 
@@ -196,11 +197,12 @@ class ProxNewton:
         square root.  Rank 0's coordinate
         descents go further than a step's (to violation^2 / l1, at least ROUNDING x l1)."""
         shard, active = self.shard, self.shard.active
-        for step in range(REFINE_STEPS):
+        steps = 1 if isinstance(H, BlockHessian) else REFINE_STEPS  # a blocked direction costs passes: no chord step
+        for step in range(steps):
             direction, _ = self._direction(x, grad, H, 0.0)
             x = x + direction
             margin = margin + shard.design.matvec(direction) if active else None
-            if step + 1 < REFINE_STEPS:
+            if step + 1 < steps:
                 grad = self._gradient(x, shard.newton_terms(margin) if active else None)[0]
         return margin
 
@@ -330,6 +332,12 @@ class ProxNewton:
             return step, margin + margin_step, full
         margin = margin + step * margin_step
         return step, margin, shard.newton_terms(margin)
+
+
+def block_width(columns):
+    """The blocks' width for a working set of ``columns``: BLOCK_WIDTH, narrower where the diagonal blocks
+    would pass BLOCK_ENTRIES numbers (their all-reduce, once a direction), never below 64."""
+    return int(min(BLOCK_WIDTH, max(64, BLOCK_ENTRIES // max(columns, 1))))
 
 
 class BlockHessian:

@@ -37,13 +37,12 @@ uint32 numpy, the reference), the compiled CPU quantizer
 """
 import numpy as np
 
-from .philox import philox_words
+from .philox import add_word_chunks, philox_words
 
 MULTIPLIERS = (0xED5AD4BB, 0xAC4C1B51, 0x31848BAB)
 SHIFTS = (17, 11, 15, 14)   # x ^= x >> SHIFTS[r] before multiply r, and once more after the last
 SEED_SPAN = 1 << 32         # elements per seed
 CHUNK = 1 << 16             # elements per pass of the numpy twin (its temporaries stay in cache)
-UNIT = 2.0 ** -24
 
 __all__ = ["MULTIPLIERS", "SHIFTS", "add_uniform", "hash_words", "stream_seeds", "triple32"]
 
@@ -87,15 +86,4 @@ def add_uniform(out, seeds, start=0):
     """``out += u`` in place (``out`` a C-contiguous float32 or float64 array, addressed flat), u the uniform
     numbers ``(w >> 8) 2^-24`` of elements ``start ..`` of the stream of ``seeds``: exact in either precision,
     so each sum is rounded once.  Returns ``out``."""
-    if out.dtype not in (np.float32, np.float64) or not out.flags.c_contiguous:
-        raise TypeError(f"add_uniform takes a C-contiguous float32 or float64 array, got {out.dtype}")
-    flat = out.reshape(-1)
-    unit = flat.dtype.type(UNIT)
-    noise = np.empty(min(flat.size, CHUNK), dtype=flat.dtype)
-    for offset, words in _chunks(seeds, flat.size, start):
-        words >>= np.uint32(8)                        # < 2^24: a non-negative int32, exact as a float
-        part = noise[:words.size]
-        np.copyto(part, words.view(np.int32), casting="unsafe")
-        part *= unit                                  # exact: a power of two
-        flat[offset:offset + part.size] += part
-    return out
+    return add_word_chunks(out, lambda size: _chunks(seeds, size, start), CHUNK)

@@ -166,13 +166,20 @@ def add_uniform(out, key, step, start=0):
     """``out += u`` in place, ``out`` a contiguous float32 or float64 array (addressed flat), u the elements
     ``start ..`` of the stream (key, step) (exact in either precision, so each sum is rounded once); chunk by
     chunk through numpy's Philox, without an array of the whole noise.  Returns ``out``."""
+    return add_word_chunks(out, lambda size: _stream_chunks(key, step, size, start, CHUNK_WORDS), 2 * CHUNK_WORDS)
+
+
+def add_word_chunks(out, chunks, capacity):
+    """``out += (w >> 8) 2^-24`` in place for the words of ``chunks(out.size)`` (pairs (offset, a fresh uint32
+    array), at most ``capacity`` words each), ``out`` a C-contiguous float32 or float64 array addressed flat:
+    exact in either precision, so each sum is rounded once.  The one conversion of a word stream's chunks
+    (Philox's here, the 32-bit hash's in :mod:`.hash32`).  Returns ``out``."""
     if out.dtype not in (np.float32, np.float64) or not out.flags.c_contiguous:
         raise TypeError(f"add_uniform takes a C-contiguous float32 or float64 array, got {out.dtype}")
     flat = out.reshape(-1)
     unit = flat.dtype.type(UNIT)
-    chunk_words = CHUNK_WORDS
-    noise = np.empty(min(flat.size, 2 * chunk_words), dtype=flat.dtype)
-    for offset, words in _stream_chunks(key, step, flat.size, start, chunk_words):
+    noise = np.empty(min(flat.size, capacity), dtype=flat.dtype)
+    for offset, words in chunks(flat.size):
         words >>= np.uint32(8)                        # < 2^24: a non-negative int32, exact as a float
         part = noise[:words.size]
         np.copyto(part, words.view(np.int32), casting="unsafe")

@@ -248,22 +248,23 @@ class ProxNewton:
         packet = np.empty(size + 1)
         if isinstance(H, BlockHessian):
             # each pass costs a pass over the columns: a looser model solve than the dense one's, which is free
-            target = max(self.target(x, grad, floor), BLOCK_FORCING * violation(x, grad, self.l1, self.l2, self.free))
-            packet[:size] = self.blocks.direction(x, grad, H, target, self)
+            packet[:size] = self.blocks.direction(x, grad, H, self.target(x, grad, floor, BLOCK_FORCING), self)
         if comm.rank == 0:
-            if not isinstance(H, BlockHessian):
+            if isinstance(H, BlockHessian):
+                y = x + packet[:size]
+            else:
                 y, epochs = penalized_quadratic(H, grad, x, self.l1, self.l2, self.free, self.target(x, grad, floor))
                 self.epochs += epochs
                 packet[:size] = y - x
-            packet[size] = float(grad @ packet[:size]) + self.penalty.value(x + packet[:size]) - self.penalty.value(x)
+            packet[size] = float(grad @ packet[:size]) + self.penalty.value(y) - self.penalty.value(x)
         comm.Bcast(packet, root=0)
         return packet[:size].copy(), float(packet[size])
 
-    def target(self, x, grad, floor):
+    def target(self, x, grad, floor, least=0.0):
         """The subproblem's tolerance: eta x the violation at x, eta = violation / l1 clipped to [floor, FORCING],
-        and at least ROUNDING x l1."""
+        at least ``least`` x the violation and at least ROUNDING x l1."""
         here = violation(x, grad, self.l1, self.l2, self.free)
-        return max(min(FORCING, max(here / max(self.l1, 1e-300), floor)) * here, ROUNDING * self.l1)
+        return max(min(FORCING, max(here / max(self.l1, 1e-300), floor, least)) * here, ROUNDING * self.l1)
 
     def estimate(self, grad, objective, dual):
         """The restricted problem's relative duality gap from the sums of one pass, a bound that needs no
@@ -356,8 +357,8 @@ class Blocks:
     the columns in consecutive blocks B of BLOCK_WIDTH (the intercept a block of its own).  H is never formed:
     each rank keeps w_i = diag(phi''_i) A_i d, so the model's gradient on a block is grad_B + sum_i A_iB^T w_i
     (one all-reduce of |B| numbers), and the block's subproblem is solved on its diagonal block H_BB (all
-    all-reduced once a direction, |W| x BLOCK_WIDTH numbers in all) by the coordinate descent of
-    :func:`penalized_quadratic`; then w_i += diag(phi''_i) A_iB delta_B on each rank.  Passes over the blocks
+    all-reduced once a direction, |W| x BLOCK_WIDTH numbers in all) by cyclic coordinate descent
+    (mpiopt.kernels.cd.block_solve); then w_i += diag(phi''_i) A_iB delta_B on each rank.  Passes over the blocks
     end when the largest violation seen in a pass (each block's, before its update) is <= the target: the
     direction is the model's minimizer to that tolerance, as the dense one.  Every rank solves the blocks
     itself from the same all-reduced numbers; rank 0 decides the passes and its direction is broadcast, so

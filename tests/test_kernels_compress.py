@@ -14,6 +14,7 @@
   promise it, and the compressors end to end.
 """
 import ctypes
+import hashlib
 import math
 import os
 import re
@@ -685,13 +686,17 @@ def host_library(tmp_path_factory):
     base = tmp_path_factory.getbasetemp()
     folder = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "host-kernels"
     folder.mkdir(exist_ok=True)
-    library = folder / "libhost.so"
+    text = cuda_source("compress") + HOST_WRAPPERS
+    # named by its source: a folder left by another run (a subprocess inherits PYTEST_XDIST_WORKER, so its
+    # base's parent is pytest's root, kept across runs) never hands back a build of older kernels
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    library = folder / f"libhost-{digest}.so"
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not library.exists():
-            source = folder / "host.cu"
-            source.write_text(cuda_source("compress") + HOST_WRAPPERS, encoding="utf-8")
-            partial = folder / "libhost.so.partial"
+            source = folder / f"host-{digest}.cu"
+            source.write_text(text, encoding="utf-8")
+            partial = folder / f"libhost-{digest}.so.partial"
             done = subprocess.run([NVCC, "-shared", "-arch=sm_80", "--std=c++17", "-O2", "-Xcompiler", "-fPIC",
                                    "-Xcompiler", "-ffp-contract=off", "-o", str(partial), str(source)],
                                   capture_output=True, text=True, timeout=600)

@@ -140,8 +140,10 @@ class GaussianNoise(Problem):
         return g
 
     def gradient_noise(self):
+        # a subclass's own noise, or an instance's own gradient (a wrapped stochastic_grad): not known here
         plain = type(self).worker_grad is Problem.worker_grad and type(self).stochastic_grad in (
-            GaussianNoise.stochastic_grad, WorstCase.stochastic_grad)  # a subclass's own noise: not known here
+            GaussianNoise.stochastic_grad, WorstCase.stochastic_grad) and \
+            not {"worker_grad", "stochastic_grad"} & vars(self).keys()
         return self._add_noise if plain else None
 
     def _set_noise(self, sigma2):

@@ -34,7 +34,10 @@ the ring's (alpha per message, beta per byte) plus the compressor's compute:
 Error feedback (:class:`~mpiopt.compression.ErrorFeedback`) wraps the
 compressor when ``error_feedback`` is true, or by default (None) when the
 compressor is biased and contractive (its ``error_feedback`` flag: sign, topk,
-powersgd, randomk with ``unbiased=False``).  Residuals, warm starts and random
+powersgd, randomk with ``unbiased=False``); ``error_feedback="ef21"`` wraps it in
+:class:`~mpiopt.compression.EF21` instead (each rank sends the change of its estimate, and the reducer keeps
+the sum of the estimates per buffer name and returns it; one-round compressors, not ``two-pass``).
+Residuals, estimates, warm starts and random
 draws are kept per buffer ``name``; without one a buffer is known by its
 dtype and length (``"float32[1000]"``), so give distinct buffers of the same
 size distinct names.  Each name's calls are counted (the step) and the count
@@ -76,10 +79,10 @@ from itertools import accumulate
 import numpy as np
 from mpi4py import MPI
 
-from ..compression import ErrorFeedback, compressor_problem, get_compressor, pack, tensor_matrix_shape, unpack
+from ..compression import EF21, ErrorFeedback, compressor_problem, get_compressor, pack, tensor_matrix_shape, unpack
 from ..compression.base import Compressor
 from ..core import registry
-from ..core.backend import get_array_module
+from ..core.backend import get_array_module, to_module
 from ..core.partition import offsets
 from ..core.registry import lookup
 from . import device
@@ -91,22 +94,25 @@ EXACT_COUNTS = ("ring", "ring-seg")
 
 
 def compressed_reducer_problem(compressor, compressor_options=None, reducer="auto", reducer_options=None,
-                               mode="auto"):
+                               mode="auto", error_feedback=None):
     """(the argument, its one-line problem) of the first thing wrong with ``CompressedReducer(reducer, comm,
     compressor, compressor_options, reducer_options, mode=mode)``, or None; builds no communicator and sends
     nothing, so every rank can check before any work (the trainer's settings do, collectively).
 
     ``compressor_options`` are checked against the compressor's declaration (``ratio`` in (0, 1], ``rank``
     >= 1, ``bits`` 8 or 4, ...) and its own relations, ``reducer_options`` against the reducer's, and ``mode``
-    must suit the compressor.  The argument is ``"compressor"``, ``"reducer"``, ``"compressor_options"``,
-    ``"reducer_options"`` or ``"mode"``."""
+    must suit the compressor, as must ``error_feedback``.  The argument is ``"compressor"``, ``"reducer"``,
+    ``"compressor_options"``, ``"reducer_options"``, ``"mode"`` or ``"error_feedback"``."""
     compressor_options, reducer_options = dict(compressor_options or {}), dict(reducer_options or {})
     checks = (("compressor", lambda: registry.unknown("compressor", compressor)),
               ("reducer", lambda: registry.unknown("reducer", reducer)),
               ("compressor_options", lambda: compressor_problem(compressor, compressor_options)),
               ("reducer_options", lambda: registry.options("reducer", reducer).problem(
                   reducer_options, f"reducer {reducer!r}")),
-              ("mode", lambda: _mode_problem(mode, get_compressor(compressor, **compressor_options))))
+              ("mode", lambda: _mode_problem(mode, get_compressor(compressor, **compressor_options))),
+              ("error_feedback", lambda: _feedback_problem(error_feedback, get_compressor(compressor,
+                                                                                          **compressor_options),
+                                                           mode)))
     for argument, check in checks:
         message = check()
         if message:
@@ -115,10 +121,21 @@ def compressed_reducer_problem(compressor, compressor_options=None, reducer="aut
 
 
 def compressor_options_problem(compressor, compressor_options=None, reducer="auto", reducer_options=None,
-                               mode="auto"):
+                               mode="auto", error_feedback=None):
     """The one-line problem of :func:`compressed_reducer_problem`, or None."""
-    found = compressed_reducer_problem(compressor, compressor_options, reducer, reducer_options, mode)
+    found = compressed_reducer_problem(compressor, compressor_options, reducer, reducer_options, mode,
+                                       error_feedback)
     return None if found is None else found[1]
+
+
+def _feedback_problem(error_feedback, compressor, mode):
+    """What is wrong with ``error_feedback`` for ``compressor`` and ``mode``, or None."""
+    if error_feedback is not None and not isinstance(error_feedback, bool) and error_feedback != "ef21":
+        return f"error_feedback must be None, True, False or 'ef21', got {error_feedback!r}"
+    if error_feedback == "ef21" and (compressor.rounds != 1 or mode == "two-pass"):
+        return (f"error_feedback 'ef21' takes a one-round compressor and a mode other than 'two-pass'; got "
+                f"{compressor.name} and mode {mode!r}")
+    return None
 
 
 def _mode_problem(mode, compressor):
@@ -171,10 +188,17 @@ class CompressedReducer(Reducer):
                 compressor_options, reducer_options = split_keywords(compressor, keywords)
             device.parse_setting(cuda_aware, "cuda_aware")
             base = self._build_compressor(compressor, dict(compressor_options or {}))
-            self.error_feedback = base.error_feedback if error_feedback is None else bool(error_feedback)
-            self.compressor = ErrorFeedback(base) if self.error_feedback else base
+            problem = _feedback_problem(error_feedback, base, mode)
+            if problem:
+                raise ValueError(problem)
+            self.error_feedback = base.error_feedback if error_feedback is None else error_feedback
             self.per_tensor = bool(getattr(base, "per_tensor", False))
             self.mode = self._resolve_mode(mode, base)
+            if self.error_feedback == "ef21":
+                self.compressor = EF21(base)
+            else:
+                self.compressor = ErrorFeedback(base) if self.error_feedback else base
+            self._estimates = {}  # EF21: buffer name -> the sum over ranks of their estimates
             reducer_options = dict(reducer_options or {})
             check_reducer_options(reducer, reducer_options)
             self.inner = lookup("reducer", reducer)(comm=self.comm, check=check, **reducer_options)
@@ -245,11 +269,25 @@ class CompressedReducer(Reducer):
                 self._two_pass_path(sendbuf, out, key, step)
             else:
                 (self._allreduce_path if self.mode == "allreduce" else self._allgather_path)(tensors, step)
+            if self.error_feedback == "ef21":
+                self._add_estimate(key, out)
         if op == "mean":
             out /= out.dtype.type(self.size)
         self.bytes_sent += self.last_bytes_sent
         self.bytes_received += self.last_bytes_received
         return out.reshape(sendbuf.shape)
+
+    def _add_estimate(self, key, out):
+        """EF21: ``out`` (the sum of the estimates' changes) += the sum of the estimates, which becomes it."""
+        estimate = self._estimates.get(key)
+        xp = get_array_module(out)
+        if estimate is not None and get_array_module(estimate) is not xp:
+            estimate = to_module(estimate, xp)  # restored from a checkpoint for a run on the other side
+        if estimate is None or estimate.shape != out.shape or estimate.dtype != out.dtype:
+            estimate = xp.zeros_like(out)
+        out += estimate
+        estimate[...] = out
+        self._estimates[key] = estimate
 
     def reduce_scatter(self, sendbuf, op="sum"):
         return self._uncompressed(self.inner.reduce_scatter(sendbuf, op))
@@ -405,10 +443,13 @@ class CompressedReducer(Reducer):
     def state_dict(self):
         """The step counts per buffer name and the compressor's state (residuals, warm starts)."""
         compressor_state = getattr(self.compressor, "state_dict", None)
-        return {"steps": dict(self._steps), "compressor": compressor_state() if compressor_state else {}}
+        return {"steps": dict(self._steps), "compressor": compressor_state() if compressor_state else {},
+                **({"estimates": {key: value.copy() for key, value in self._estimates.items()}}
+                   if self.error_feedback == "ef21" else {})}
 
     def load_state_dict(self, state):
         self._steps = dict(state["steps"])
+        self._estimates = {key: np.array(value) for key, value in state.get("estimates", {}).items()}
         if state.get("compressor"):
             self.compressor.load_state_dict(state["compressor"])
 

@@ -36,7 +36,7 @@ from .sign import Sign
 from .topk import TopK
 from .randomk import RandomK
 from .powersgd import PowerSGD, PowerSGDRound
-from .error_feedback import ErrorFeedback
+from .error_feedback import EF21, ErrorFeedback
 from .base import Compressor, Context, bucket_payload_bytes, pack, tensor_matrix_shape, unpack
 
 
@@ -61,6 +61,6 @@ def get_compressor(name, **options):
     return build("compressor", name, options)
 
 
-__all__ = ["BF16", "COMPRESSORS", "Compressor", "Context", "ErrorFeedback", "FP16", "NoCompression", "PowerSGD",
+__all__ = ["BF16", "COMPRESSORS", "Compressor", "Context", "EF21", "ErrorFeedback", "FP16", "NoCompression", "PowerSGD",
            "PowerSGDRound", "QSGD", "QSGD4", "QSGD8", "RandomK", "Sign", "TopK", "bucket_payload_bytes",
            "compressor_problem", "get_compressor", "pack", "tensor_matrix_shape", "unpack"]

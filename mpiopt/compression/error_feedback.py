@@ -161,3 +161,32 @@ class ErrorFeedback:
 
     def __repr__(self):
         return f"ErrorFeedback({self.compressor!r})"
+
+
+class EF21(ErrorFeedback):
+    """EF21 (Richtarik, Sokolov and Fatkhullin, NeurIPS 2021): each rank keeps an estimate g_i of its own
+    input per buffer name (zeros at first), sends c_i = C(x - g_i) and keeps g_i <- g_i + c_i.
+
+    The decoded payloads then sum to sum_i c_i, the change of sum_i g_i; the compressed reducer
+    (``error_feedback="ef21"``) keeps that sum and returns it, the estimate of sum_i x_i.  Unlike error
+    feedback, what travels is the change of the estimate, so with a contractive C the estimate follows a
+    slowly changing input with a geometrically shrinking error.  ``residual(name)`` is g_i.  One-round
+    compressors only (PowerSGD's two rounds are refused)."""
+
+    name = property(lambda self: f"ef21-{self.compressor.name}")
+
+    def settings(self):
+        return dict(self.compressor.settings(), error_feedback="ef21")
+
+    def compress(self, x, name=None, step=None):
+        x = self.compressor.check_input(x)
+        estimate = self._residual_for(x, name)
+        payload, ctx = self.compressor.compress(x - estimate, name, step)
+        self.compressor.accumulate(payload, ctx, estimate)  # g_i += c_i
+        return payload, ctx
+
+    def compress_p(self, x, name=None, step=None):
+        raise ValueError(f"EF21 takes a one-round compressor; {self.compressor.name} has two rounds")
+
+    def __repr__(self):
+        return f"EF21({self.compressor!r})"

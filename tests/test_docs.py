@@ -6,6 +6,7 @@ page. A shell block's commands run as the README's do (``tests/test_readme.py``:
 under mpiexec at the ranks its ``# mpiexec -n N python -m mpi4py`` line says (1 without one). Sizes are cut to
 a smoke run by ``SMOKE`` (each cut must still match its page), so the whole module takes well under a minute.
 """
+import importlib.util
 import re
 from pathlib import Path
 
@@ -18,6 +19,9 @@ PAGES = sorted(path.name for path in DOCS.glob("*.md"))
 EXAMPLE = re.compile(r"<!-- example -->\s*^```(\w*)\n(.*?)^```", re.S | re.M)
 # pages whose owner is still writing their opening example (strict: a page that gets one must leave this set)
 PENDING = {}
+
+# page -> the optional package its example needs (skipped with a one-line reason where it is absent)
+NEEDS = {"torch.md": "torch"}
 
 # page -> (test file, test) that already runs the page's example command as written and checks its output:
 # here the command is only matched against that test's (its script and every flag), not run a second time
@@ -68,6 +72,8 @@ def test_a_docs_page_opens_with_an_example_that_runs(tour_folder, page):
     assert example is not None, f"docs/{page}: no <!-- example --> block before its reference"
     text = (DOCS / page).read_text(encoding="utf-8")
     assert text.index("<!-- example -->") < text.index("\n## "), f"docs/{page}: the example is not at the top"
+    if page in NEEDS and importlib.util.find_spec(NEEDS[page]) is None:
+        pytest.skip(f"docs/{page}'s example needs {NEEDS[page]}, which is not installed")
     language, body = example
     body = smoke(body, SMOKE.get(page, {}))
     if language == "python":

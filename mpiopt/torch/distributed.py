@@ -44,7 +44,7 @@ def init_process_group(comm=None, backend="gloo", timeout=300.0):
         problem = f"this torch has no {backend!r} backend"
     elif not timeout > 0:
         problem = f"timeout must be a positive number of seconds, got {timeout!r}"
-    check_collectively(comm, problem and f"rank {comm.rank}: {problem}", {"backend": backend})
+    check_collectively(comm, problem, {"backend": backend})
     if backend == "mpi":
         dist.init_process_group("mpi")
         return dist.group.WORLD
@@ -54,7 +54,7 @@ def init_process_group(comm=None, backend="gloo", timeout=300.0):
         if comm.rank == 0:
             store = dist.TCPStore(address, 0, comm.size, True, timedelta(seconds=timeout), wait_for_workers=False)
     except Exception as error:  # noqa: BLE001 - every rank must hear of it
-        problem = f"rank 0: cannot open a TCPStore on {address}: {error}"
+        problem = f"cannot open a TCPStore on {address}: {error}"
     check_collectively(comm, problem)
     port = comm.bcast(store.port if store is not None else None, root=0)
     try:
@@ -63,6 +63,6 @@ def init_process_group(comm=None, backend="gloo", timeout=300.0):
         dist.init_process_group(backend, store=store, rank=comm.rank, world_size=comm.size,
                                 timeout=timedelta(seconds=timeout))
     except Exception as error:  # noqa: BLE001
-        problem = f"rank {comm.rank}: {type(error).__name__}: {error}"
+        problem = f"{type(error).__name__}: {error}"
     check_collectively(comm, problem)
     return dist.group.WORLD

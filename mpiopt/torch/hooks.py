@@ -54,7 +54,7 @@ class HookState:
         if problem is None and start_iter is not None and (isinstance(start_iter, bool)
                                                            or not isinstance(start_iter, int) or start_iter < 0):
             problem = f"start_iter must be None or an integer >= 0, got {start_iter!r}"
-        check_collectively(comm, problem and f"rank {comm.rank}: {problem}",
+        check_collectively(comm, problem,
                            {"compressor": compressor, "start_iter": start_iter})
         self.comm, self.check = comm, bool(check)
         self.reducer = get_reducer(reducer, comm, compressor=compressor, compressor_options=options,
@@ -71,7 +71,7 @@ class HookState:
     def allreduce_mean(self, array, name, shapes):
         """The mean over ranks of ``array`` into ``array``: compressed once warm, else exact."""
         if self.check:
-            check_collectively(self.comm, finite_problem(f"rank {self.comm.rank}: gradient bucket {name}", array))
+            check_collectively(self.comm, finite_problem(f"gradient bucket {name}", array))
         if self.compressing:
             out = self.reducer.allreduce(array, op="mean", name=name, shapes=shapes)
             self.bytes_sent += self.reducer.last_bytes_sent

@@ -288,3 +288,31 @@ def settings_from(args, names, settings_class):
 
 def _equal(a, b):
     return type(a) is type(b) and a == b
+
+
+TORCH_MODEL = "torch:"
+
+
+def model_name(value):
+    """``--model``: a registered model, or ``torch:package.module:factory`` (a user's torch model, built by
+    :func:`mpiopt.torch.model.load_factory`)."""
+    from ..core.registry import names
+    if value.startswith(TORCH_MODEL) or value in names("model"):
+        return value
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(names('model'))}, or "
+                                     f"{TORCH_MODEL}package.module:factory)")
+
+
+def built_model(name, given, always, args=None):
+    """(the model ``--model`` names, a problem or None): a registered one as :func:`built` builds it, or a
+    torch model from its factory (its n_features must be the data's)."""
+    if not name.startswith(TORCH_MODEL):
+        return built("model", name, given, always, args)
+    try:
+        from ..torch.model import load_factory
+        model = load_factory(name)
+    except (ImportError, AttributeError, TypeError, ValueError) as error:
+        return None, f"--model {name}: {error}"
+    if model.n_features != always.get("n_features", model.n_features):
+        return None, f"--model {name}: the model takes {model.n_features} features, the data have {always['n_features']}"
+    return model, None

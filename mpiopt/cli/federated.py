@@ -1,7 +1,7 @@
 """``mpiopt federated``: federated learning over virtual clients on the ranks.
 """
-from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, chosen_options, declared_only,
-                     exit_status, plot_problem, positive_int, routed, settings_from, widths)
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, built_model, chosen_options,
+                     declared_only, exit_status, model_name, plot_problem, positive_int, routed, settings_from, widths)
 
 
 def add_parser(commands):
@@ -36,7 +36,8 @@ def add_parser(commands):
     group.add_argument("--clients", type=positive_int, default=100, help="K (default %(default)s)")
     group.add_argument("--test-fraction", type=float, default=0.25, help="held out for testing (default %(default)s)")
     group = federated.add_argument_group("model")
-    group.add_argument("--model", default="softmax", choices=names("model"), help="(default %(default)s)")
+    group.add_argument("--model", default="softmax", type=model_name, metavar="MODEL",
+                       help=f"{', '.join(names('model'))}, or torch:package.module:factory (a torch model; default %(default)s)")
     add_options_flag(group, "model")
     group.add_argument("--hidden", type=widths, default=(32,), metavar="W1,W2,...", help="mlp: hidden widths")
     group.add_argument("--weight-penalty", type=float, default=0.0, help="the model's L2 penalty alpha")
@@ -142,8 +143,8 @@ def run_federated(args, comm):
     check_writable(args.plot, comm, what="plot")
     check_writable(args.checkpoint, comm, what="checkpoint")
     clients, test, n_features, n_classes, source, problem = _federated_clients(args, comm)
-    model, model_problem = (None, None) if problem else built(
-        "model", args.model, {}, {"n_features": n_features, "n_classes": n_classes, "alpha": args.weight_penalty,
+    model, model_problem = (None, None) if problem else built_model(
+        args.model, {}, {"n_features": n_features, "n_classes": n_classes, "alpha": args.weight_penalty,
                                   "hidden": args.hidden}, args)
     strategy_options, strategy_problem = routed("strategy", args.strategy, {
         "server_lr": args.server_lr, "server_momentum": args.server_momentum, "mu": args.mu})

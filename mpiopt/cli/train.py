@@ -2,8 +2,8 @@
 """
 import argparse
 
-from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, chosen_options, exit_status,
-                     settings_from, widths)
+from .common import (add_checkpoint_options, add_options_flag, add_settings_flags, built, built_model, chosen_options,
+                     exit_status, model_name, settings_from, widths)
 
 
 def add_parser(commands):
@@ -17,7 +17,8 @@ def add_parser(commands):
         description="Data-parallel training: every rank holds the data set and takes its share of each global "
                     "batch; gradients are reduced in buckets while the backward pass goes on; --zero-stage shards "
                     "the optimizer state (1), the gradients (2) and the parameters (3) over the ranks.")
-    train.add_argument("--model", default="mlp", choices=names("model"), help="(default %(default)s)")
+    train.add_argument("--model", default="mlp", type=model_name, metavar="MODEL",
+                       help=f"{', '.join(names('model'))}, or torch:package.module:factory (a torch model; default %(default)s)")
     train.add_argument("--hidden", type=widths, default=(64,), metavar="W1,W2,...",
                        help="mlp: hidden layer widths (default 64)")
     train.add_argument("--alpha", type=float, default=1e-4, help="L2 penalty on the weights (default %(default)s)")
@@ -131,7 +132,7 @@ def run_train(args, comm):
     reducer_options, reducer_problem = chosen_options(args, "reducer", args.reducer)
     check_collectively(comm, problem or reducer_problem)  # before the data and the reducer (and a Slurm job)
     data = load_dataset(args.data, comm, test_fraction=args.test_fraction, seed=args.seed)
-    model, problem = built("model", args.model, {}, {"n_features": data.n_features, "n_classes": data.n_classes,
+    model, problem = built_model(args.model, {}, {"n_features": data.n_features, "n_classes": data.n_classes,
                                                      "alpha": args.alpha, "hidden": args.hidden}, args)
     optimizer, optimizer_problem = built("optimizer", args.optimizer,
                                          {"momentum": args.momentum, "weight_decay": args.weight_decay},

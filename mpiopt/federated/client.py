@@ -96,6 +96,9 @@ def local_clients(model, clients, owned, problem=None):
         if y.shape[0] == 0:
             return local, f"client {k} has no rows"
         problem = finite_problem(f"client {k}: X", X) or finite_problem(f"client {k}: y", y)
+        probe = getattr(model, "batch_problem", None)  # a model that can fail on a batch says so first
+        if problem is None and probe is not None and not local:
+            problem = probe(model.init_params(0), X, y)
         if problem:
             return local, problem
         local[k] = (X, y)

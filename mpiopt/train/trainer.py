@@ -129,8 +129,12 @@ def _check_data(model, X, y, params):
             params = model.check_params(params)
     except ValueError as error:
         return X, y, str(error)
-    return X, y, (finite_problem("X_local (the features)", X) or finite_problem("y_local (the targets)", y)
-                  or (finite_problem("params", params) if params is not None else None))
+    problem = (finite_problem("X_local (the features)", X) or finite_problem("y_local (the targets)", y)
+               or (finite_problem("params", params) if params is not None else None))
+    probe = getattr(model, "batch_problem", None)  # a model that can fail on a batch says so first (TorchModel)
+    if problem is None and probe is not None:
+        problem = probe(model.init_params(0) if params is None else params, X, y)
+    return X, y, problem
 
 
 def place(device, comm, X, y):

@@ -159,8 +159,9 @@ def test_a_federated_run_with_a_torch_model_resumes_bit_for_bit(comm, tmp_path):
     straight = run_federated(pair()[1], clients(), "scaffold", comm, rounds=4, **settings)
     first = run_federated(pair()[1], clients(), "scaffold", comm, rounds=2, checkpoint=path, **settings)
     resumed = run_federated(pair()[1], clients(), "scaffold", comm, rounds=4, checkpoint=path, **settings)
-    assert first.rounds == 2 and resumed.info.get("resumed_at", 2) == 2
+    assert first.rounds == 2 and resumed.rounds == 4 and resumed.info["resumed_at"] == 2
     np.testing.assert_array_equal(resumed.params, straight.params)
+    assert resumed.history["loss"] == straight.history["loss"]
 
 
 class Scores(torch.nn.Module):

@@ -216,3 +216,32 @@ def test_the_command_line_trains_a_users_torch_model(tmp_path):
                           str(tmp_path / "bad.json")], cwd=tmp_path, capture_output=True, text=True, timeout=300,
                          env=environment)
     assert bad.returncode == 2 and "nothing" in bad.stderr + bad.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("method,options", [("asgd", {}), ("rennala", {"batch": 4}), ("ringmaster", {})])
+def test_async_sgd_trains_the_torch_model_as_the_numpy_model(comm, method, options):
+    from mpiopt.asyncsgd import ModelProblem, async_sgd
+    reference, model = pair(alpha=1e-3)
+    settings = dict(method=method, runtime="simulator", n_workers=6, tau="sqrt", max_gradients=120, seed=0,
+                    stop_at_epsilon=False, verbose=False, method_options=options)
+    expected = async_sgd(ModelProblem(reference, X, Y, batch_size=8), comm, **settings)
+    got = async_sgd(ModelProblem(model, X, Y, batch_size=8), comm, **settings)
+    assert got.history["gradients"] == expected.history["gradients"]
+    assert not np.array_equal(expected.solution, reference.init_params(0))  # it moved
+    np.testing.assert_allclose(got.solution, expected.solution, rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(300)
+def test_async_sgd_on_mpi_ranks_trains_the_torch_model(comm):
+    from mpiopt.asyncsgd import ModelProblem, async_sgd
+    if comm.size < 2:
+        pytest.skip("the MPI runtime needs a server and a worker")
+    _, model = pair(alpha=1e-3)
+    problem = ModelProblem(model, X, Y, batch_size=8)
+    result = async_sgd(problem, comm, method="asgd", runtime="mpi", tau="constant", max_gradients=60, seed=0,
+                       stop_at_epsilon=False, verbose=False)
+    assert result.solution.shape == (model.n_params,) and np.isfinite(result.solution).all()
+    assert problem.loss(result.solution) < problem.loss(problem.x0())

@@ -46,7 +46,7 @@ from .base import ALL, Accumulator, Method
 from .graphs import Graph, get_graph, graph_workers
 from .methods import available as available_methods
 from .power import POWER_MODELS, PowerTrace, get_power_model
-from .problems import PROBLEMS, Problem, get_problem
+from .problems import PROBLEMS, ModelProblem, Problem, get_problem
 from .result import AsyncSGDResult
 from .settings import RUNTIMES, AsyncSGDSettings
 from .simulator import EventQueue, simulate
@@ -55,7 +55,8 @@ from .theory import default_batch, default_step_size, predicted_times
 from .timing import LinkTimes, Timing
 
 __all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Graph",
-           "LinkTimes", "Method", "POWER_MODELS", "PROBLEMS", "PowerTrace", "Problem", "RUNTIMES", "TAU_MODELS",
+           "LinkTimes", "Method", "ModelProblem", "POWER_MODELS", "PROBLEMS", "PowerTrace", "Problem", "RUNTIMES",
+           "TAU_MODELS",
            "TauModel", "Timing", "async_sgd", "available_methods", "default_batch", "default_step_size",
            "get_graph", "get_power_model", "get_problem", "get_tau_model", "given_workers", "graph_workers",
            "make_timing", "predicted_times", "simulate"]

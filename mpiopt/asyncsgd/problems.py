@@ -436,7 +436,22 @@ class Logistic(DataProblem):
         return float(solution.fun)
 
 
-class SmallMLP(DataProblem):
+class ModelProblem(DataProblem):
+    """Any model of mpiopt's interface (an mpiopt.models model, a :class:`mpiopt.torch.TorchModel`) on the rows
+    (X, y): minibatches of ``batch_size`` rows drawn with replacement; L and sigma^2 estimated at x0 (the model's
+    ``init_params(seed)``), since such a model has no known smoothness constant."""
+
+    name = "model"
+
+    def __init__(self, model, X, y, batch_size=8, seed=0):
+        super().__init__(model, X, y, batch_size, seed)
+        self._finite_data()
+        self.L = self.estimate_L()
+        self.sigma2 = self.estimate_sigma2()
+        self.options = {"model": repr(model), "batch_size": batch_size, "rows": int(self.y.size), "L_estimated": True}
+
+
+class SmallMLP(ModelProblem):
     name = "mlp"
 
     def __init__(self, seed=0, comm=None, dataset=MLP_OPTIONS["dataset"].default, hidden=MLP_OPTIONS["hidden"].default,
@@ -447,9 +462,6 @@ class SmallMLP(DataProblem):
         model = get_model("mlp", n_features=data.n_features, n_classes=data.n_classes, hidden=tuple(hidden),
                           alpha=alpha)
         super().__init__(model, data.X_train, data.y_train, batch_size, seed)
-        self._finite_data()
-        self.L = self.estimate_L()      # at x0: the MLP is not globally smooth with a known constant
-        self.sigma2 = self.estimate_sigma2()
         self.options = {"dataset": dataset, "hidden": list(hidden), "batch_size": batch_size, "alpha": alpha,
                         "rows": int(self.y.size), "L_estimated": True}
 

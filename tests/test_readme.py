@@ -7,6 +7,7 @@ smoke run by the replacements in ``SMOKE``, each of which must still match the R
 cannot drift from the code without this test failing.  What cannot run here is skipped with its reason:
 the installs (this environment is the one they make), Slurm when none answers, the GPU without one.
 """
+import importlib.util
 import os
 import re
 import shlex
@@ -108,6 +109,8 @@ def why_not_run(words):
         return "starts Slurm: .ci/run does it before the tests"
     if words[:2] == ["bash", "benchmarks/gpu_check.sh"]:
         return "needs a GPU"
+    if any(Path(word).name.startswith("torch_") for word in words) and importlib.util.find_spec("torch") is None:
+        return "needs PyTorch (the torch extra), which is not installed"
     if Path(words[0]).name == "mpiopt" and words[1:2] == ["slurm"] and not slurm_answers():
         return "no Slurm answers here (slurm/local-slurm.sh start)"
     return None

@@ -41,6 +41,7 @@ SMOKE = {
     "performance.md": {"--synthetic 20000x400": "--synthetic 2000x50"},
     "results.md": {"--rows 20000 --cols 500 --repeat 3": "--rows 2000 --cols 30 --repeat 1 --iterations 10"},
     "three_hospitals.md": {"--rounds 50": "--rounds 2"},
+    "torch.md": {"for step in range(50):": "for step in range(3):"},
     "training.md": {"epochs=5,": "epochs=1,"},
 }
 

@@ -26,6 +26,7 @@ BIN = Path(sys.executable).parent
 
 # README text -> its smoke-sized version (each must match the README: see test_every_smoke_cut_still_matches)
 SMOKE = {
+    "torch_ddp.py --compressor topk --ratio 0.01": "torch_ddp.py --compressor topk --ratio 0.01 --epochs 2",
     "mpiopt lasso\n": "mpiopt lasso --synthetic 2000x50\n",
     "--synthetic 100000x1000": "--synthetic 2000x100",
     "--clients 100 --fraction 0.1 --rounds 50": "--clients 100 --fraction 0.1 --rounds 2",

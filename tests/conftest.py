@@ -155,6 +155,12 @@ def needs_many_ranks(item):
     return any(isinstance(value, str) and value in RANK_COUNT_LAYOUTS for value in params.values())
 
 
+# Test modules with no test that runs beyond 3 ranks (none marked every_rank_count), left uncollected there:
+# collecting them imports torch on every rank (seconds each, the ranks outnumbering the cores) only to
+# deselect every test.
+collect_ignore_glob = ["test_torch_*.py"] if MPI.COMM_WORLD.size > 3 else []
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "many_ranks: an MPI test that also runs at 3 ranks")
     config.addinivalue_line("markers", "every_rank_count: an MPI test that also runs at 3 and 4 ranks")

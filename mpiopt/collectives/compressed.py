@@ -74,6 +74,7 @@ and the two-pass all-to-all), as :mod:`.device` describes.  Payloads are
 summed (``allreduce`` mode) by the inner reducer's host algorithm on the staged
 copies, so a CuPy call moves and adds the same bytes as a numpy one.
 """
+import functools
 from itertools import accumulate
 
 import numpy as np
@@ -104,15 +105,14 @@ def compressed_reducer_problem(compressor, compressor_options=None, reducer="aut
     must suit the compressor, as must ``error_feedback``.  The argument is ``"compressor"``, ``"reducer"``,
     ``"compressor_options"``, ``"reducer_options"``, ``"mode"`` or ``"error_feedback"``."""
     compressor_options, reducer_options = dict(compressor_options or {}), dict(reducer_options or {})
+    made = functools.cache(lambda: get_compressor(compressor, **compressor_options))  # once its options passed
     checks = (("compressor", lambda: registry.unknown("compressor", compressor)),
               ("reducer", lambda: registry.unknown("reducer", reducer)),
               ("compressor_options", lambda: compressor_problem(compressor, compressor_options)),
               ("reducer_options", lambda: registry.options("reducer", reducer).problem(
                   reducer_options, f"reducer {reducer!r}")),
-              ("mode", lambda: _mode_problem(mode, get_compressor(compressor, **compressor_options))),
-              ("error_feedback", lambda: _feedback_problem(error_feedback, get_compressor(compressor,
-                                                                                          **compressor_options),
-                                                           mode)))
+              ("mode", lambda: _mode_problem(mode, made())),
+              ("error_feedback", lambda: _feedback_problem(error_feedback, made(), mode)))
     for argument, check in checks:
         message = check()
         if message:

@@ -41,6 +41,7 @@ from ..collectives import get_reducer
 from ..collectives.compressed import compressor_options_problem
 from ..core.backend import finite_problem
 from ..core.comm import check_collectively, resolve_comm
+from ..models.base import count_problem
 from .tensors import as_array, write_back
 
 
@@ -51,9 +52,8 @@ class HookState:
                  **options):
         comm = resolve_comm(comm)
         problem = compressor_options_problem(compressor, options, reducer, None, "auto", error_feedback)
-        if problem is None and start_iter is not None and (isinstance(start_iter, bool)
-                                                           or not isinstance(start_iter, int) or start_iter < 0):
-            problem = f"start_iter must be None or an integer >= 0, got {start_iter!r}"
+        if problem is None and start_iter is not None:
+            problem = count_problem("start_iter", start_iter, 0)
         check_collectively(comm, problem,
                            {"compressor": compressor, "start_iter": start_iter})
         self.comm, self.check = comm, bool(check)

@@ -43,8 +43,10 @@ from ..collectives.compressed import compressor_options_problem
 from ..core.backend import finite_problem
 from ..core.comm import check_collectively, resolve_comm
 from ..core.partition import offsets
+from ..models.base import count_problem
 from ..train.buckets import tensor_bucket_bounds
 from ..train.overlap import CommunicationQueue
+from .tensors import as_array
 
 BUCKET_BYTES = 25 << 20  # DDP's bucket_cap_mb
 FLOATS = (torch.float32, torch.float64)
@@ -96,13 +98,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not isinstance(optimizer, torch.optim.Optimizer):
             problem = f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
         problem = problem or _parameters_problem(named, optimizer)
-        if problem is None and (isinstance(backward_passes_per_step, bool)
-                                or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1):
-            problem = f"backward_passes_per_step must be an integer >= 1, got {backward_passes_per_step!r}"
+        problem = problem or count_problem("backward_passes_per_step", backward_passes_per_step, 1)
         if problem is None and zero_stage not in (0, 1):
             problem = f"zero_stage must be 0 or 1, got {zero_stage!r}"
-        if problem is None and (not isinstance(bucket_bytes, int) or bucket_bytes < 1):
-            problem = f"bucket_bytes must be an integer >= 1, got {bucket_bytes!r}"
+        problem = problem or count_problem("bucket_bytes", bucket_bytes, 1)
         if problem is None and compressor is not None:
             problem = compressor_options_problem(compressor, compressor_options, reducer, None, "auto",
                                                  error_feedback)
@@ -111,7 +110,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
                            {"parameters": _digest(layout), "reducer": reducer, "compressor": compressor,
                             "backward_passes_per_step": backward_passes_per_step, "zero_stage": zero_stage})
         self.comm, self.optimizer, self.check = comm, optimizer, bool(check)
-        self.names = [name for name, _ in named]
         self.parameters_ = [parameter for _, parameter in named]
         self.backward_passes_per_step, self.zero_stage = backward_passes_per_step, zero_stage
         self.param_groups, self.defaults = optimizer.param_groups, optimizer.defaults
@@ -132,9 +130,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         sizes = [parameter.numel() for parameter in self.parameters_]
         self.starts = np.cumsum([0] + sizes).tolist()
         self.flat = torch.zeros(self.starts[-1], dtype=first.dtype, device=first.device)
-        self.array = _host_view(self.flat) if not self.flat.is_cuda else __import__("cupy").asarray(self.flat)
-        for index, parameter in enumerate(self.parameters_):
-            view = self._view(index)
+        self.array = as_array(self.flat)[0]  # a view: the dtype is float32 or float64
+        # each parameter's .grad: a view of the buffer, made once (the hooks compare with it at every backward)
+        self.views = [self.flat[start:stop].view_as(parameter)
+                      for parameter, start, stop in zip(self.parameters_, self.starts[:-1], self.starts[1:])]
+        for view, parameter in zip(self.views, self.parameters_):
             if parameter.grad is not None:
                 view.copy_(parameter.grad)
             parameter.grad = view
@@ -146,9 +146,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.bucket_members = [[i for i in range(len(sizes)) if self.bucket_of[i] == k] for k in range(len(bounds))]
         self.bucket_shapes = [[tuple(self.parameters_[i].shape) for i in members] for members in self.bucket_members]
 
-    def _view(self, index):
-        return self.flat[self.starts[index]:self.starts[index + 1]].view_as(self.parameters_[index])
-
     def _reset_counts(self):
         self._passes = [0] * len(self.parameters_)
         self._filled = [0] * len(self.buckets)
@@ -156,7 +153,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, index):
         def accumulated(parameter):
-            view = self._view(index)
+            view = self.views[index]
             if parameter.grad is not view and parameter.grad.data_ptr() != view.data_ptr():
                 view.copy_(parameter.grad)  # a new .grad (after set_to_none): back into the flat buffer
                 parameter.grad = view
@@ -204,8 +201,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ideal = offsets(self.starts[-1], p)
         cuts = [0] + [min(range(len(self.starts)), key=lambda i: abs(self.starts[i] - ideal[r])) for r in range(1, p)]
         cuts = np.maximum.accumulate(cuts + [len(self.parameters_)]).tolist()
-        self.owned = list(range(cuts[rank], cuts[rank + 1]))
-        self.run_bounds = [(self.starts[cuts[r]], self.starts[cuts[r + 1]]) for r in range(p)]
+        self.owned = range(cuts[rank], cuts[rank + 1])
+        # every rank's run in the flat vector, as Allgatherv's counts and displacements
+        self.runs = ([self.starts[cuts[r + 1]] - self.starts[cuts[r]] for r in range(p)],
+                     [self.starts[cuts[r]] for r in range(p)])
         self.flat_params = torch.empty_like(self.flat)
         mine = {id(self.parameters_[i]) for i in self.owned}
         groups, self._group_of = [], []  # the inner optimizer's groups, and the wrapped one's group of each
@@ -227,10 +226,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         flat = self.flat_params
         for i in self.owned:
             flat[self.starts[i]:self.starts[i + 1]].copy_(self.parameters_[i].detach().reshape(-1))
-        counts = [stop - start for start, stop in self.run_bounds]
-        displacements = [start for start, _ in self.run_bounds]
         host = flat.cpu() if flat.is_cuda else flat  # CUDA: through the host
-        self.comm.Allgatherv(MPI.IN_PLACE, [_host_view(host), (counts, displacements)])
+        self.comm.Allgatherv(MPI.IN_PLACE, [_host_view(host), self.runs])
         if host is not flat:
             flat.copy_(host)
         with torch.no_grad():
@@ -250,9 +247,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Zero the flat gradient buffer in place (every parameter's .grad is a view of it)."""
         with torch.no_grad():
             self.flat.zero_()
-        for index, parameter in enumerate(self.parameters_):
-            if parameter.grad is None or parameter.grad.data_ptr() != self._view(index).data_ptr():
-                parameter.grad = self._view(index)
+        for view, parameter in zip(self.views, self.parameters_):
+            if parameter.grad is None or parameter.grad.data_ptr() != view.data_ptr():
+                parameter.grad = view
 
     @property
     def stepping(self):

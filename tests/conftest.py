@@ -102,6 +102,18 @@ def run_mpi(ranks, *args, timeout=120, cwd=None, env=None):
 COMMUNICATORS = ("world", "split")  # the ``comm`` fixture's variants (see the module docstring)
 
 
+@pytest.fixture
+def torch_group(comm):
+    """torch.distributed's default group on ``comm``, set up once per process (a process has one default group),
+    through mpiopt.torch; returns ``comm``.  torch is imported here, when a torch test asks for it."""
+    dist = pytest.importorskip("torch.distributed", reason="PyTorch is not installed (pip install 'mpiopt[torch]')")
+    from mpiopt.torch import init_process_group
+    if not dist.is_initialized():
+        init_process_group(comm)
+    assert dist.get_rank() == comm.rank and dist.get_world_size() == comm.size
+    return comm
+
+
 @pytest.fixture(params=COMMUNICATORS)
 def comm(request):
     """COMM_WORLD, or a communicator of every rank in reversed rank order, freed after the test."""

@@ -8,7 +8,6 @@ pytest.importorskip("cupy", reason="CuPy is not installed (pip install 'mpiopt[g
 if not torch.cuda.is_available():
     pytest.skip("torch sees no CUDA device", allow_module_level=True)
 
-import torch.distributed as dist  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
 import mpiopt.torch as mtorch  # noqa: E402
@@ -16,11 +15,6 @@ import mpiopt.torch as mtorch  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
 
-@pytest.fixture
-def group(comm):
-    if not dist.is_initialized():
-        mtorch.init_process_group(comm)
-    return comm
 
 
 def net(device):
@@ -40,23 +34,23 @@ def steps(model, optimizer, comm, device, count=4):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name,options", [("fp16", {}), ("topk", {"ratio": 0.1}), ("powersgd", {"rank": 1})])
-def test_a_hook_on_cuda_tensors_gives_the_cpu_parameters(group, name, options):
+def test_a_hook_on_cuda_tensors_gives_the_cpu_parameters(torch_group, name, options):
     results = []
     for device in ("cpu", "cuda"):
         model = DistributedDataParallel(net(device))
-        model.register_comm_hook(*mtorch.comm_hook(name, comm=group, **options))
-        results.append(steps(model, torch.optim.SGD(model.parameters(), lr=0.1), group, device))
+        model.register_comm_hook(*mtorch.comm_hook(name, comm=torch_group, **options))
+        results.append(steps(model, torch.optim.SGD(model.parameters(), lr=0.1), torch_group, device))
     np.testing.assert_allclose(results[1], results[0], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("zero_stage", [0, 1])
-def test_distributed_optimizer_on_cuda_gives_the_cpu_parameters(group, zero_stage):
+def test_distributed_optimizer_on_cuda_gives_the_cpu_parameters(torch_group, zero_stage):
     results = []
     for device in ("cpu", "cuda"):
         model = net(device)
         optimizer = mtorch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model.named_parameters(),
-                                                comm=group, reducer="ring", zero_stage=zero_stage)
-        results.append(steps(model, optimizer, group, device))
+                                                comm=torch_group, reducer="ring", zero_stage=zero_stage)
+        results.append(steps(model, optimizer, torch_group, device))
         optimizer.close()
     np.testing.assert_allclose(results[1], results[0], rtol=1e-4, atol=1e-5)

@@ -19,13 +19,6 @@ from mpiopt.core import CollectiveError  # noqa: E402
 pytestmark = pytest.mark.many_ranks
 
 
-@pytest.fixture
-def group(comm):
-    """torch.distributed on ``comm``, once per process (a process has one default group)."""
-    if not dist.is_initialized():
-        mtorch.init_process_group(comm)
-    assert dist.get_rank() == comm.rank and dist.get_world_size() == comm.size
-    return comm
 
 
 def net(seed=0):
@@ -64,8 +57,8 @@ def test_import_without_torch_says_how_to_install_it_in_one_line():
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_init_process_group_gives_torch_the_communicators_ranks(group):
-    comm = group
+def test_init_process_group_gives_torch_the_communicators_ranks(torch_group):
+    comm = torch_group
     value = torch.tensor([float(comm.rank + 1)])
     dist.all_reduce(value)
     assert value.item() == comm.size * (comm.size + 1) / 2
@@ -78,15 +71,15 @@ def test_init_process_group_gives_torch_the_communicators_ranks(group):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_init_process_group_refuses_collectively(group):
+def test_init_process_group_refuses_collectively(torch_group):
     with pytest.raises(CollectiveError, match="already initialized"):
-        mtorch.init_process_group(group)
+        mtorch.init_process_group(torch_group)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_fp16_hook_trains_as_torchs_fp16_compress_hook(group):
-    comm = group
+def test_fp16_hook_trains_as_torchs_fp16_compress_hook(torch_group):
+    comm = torch_group
     theirs, ours = ddp(net()), ddp(net())
     theirs.register_comm_hook(None, default_hooks.fp16_compress_hook)
     ours.register_comm_hook(*mtorch.comm_hook("fp16", comm=comm))
@@ -146,8 +139,8 @@ def reference_mean(comm, name, inputs, feedback):
 @pytest.mark.parametrize("name,feedback", [
     ("fp16", "none"), ("bf16", "none"), ("qsgd", "none"), ("qsgd4", "none"), ("sign", "ef"), ("topk", "ef"),
     ("randomk", "none"), ("topk", "ef21"), ("sign", "ef21"), ("topk", "none")])
-def test_every_compressor_hook_averages_the_decoded_buckets(group, name, feedback):
-    comm = group
+def test_every_compressor_hook_averages_the_decoded_buckets(torch_group, name, feedback):
+    comm = torch_group
     error_feedback = {"none": False, "ef": True, "ef21": "ef21"}[feedback]
     model = ddp(net())
     state, hook = mtorch.comm_hook(name, error_feedback=error_feedback, comm=comm, start_iter=0,
@@ -174,15 +167,15 @@ def test_every_compressor_hook_averages_the_decoded_buckets(group, name, feedbac
     ({"name": "nope"}, "nope"),
     ({"name": "powersgd", "error_feedback": "ef21"}, "one-round"),
     ({"name": "fp16", "start_iter": -1}, "start_iter")])
-def test_bad_hook_options_are_refused_on_every_rank(group, arguments, match):
+def test_bad_hook_options_are_refused_on_every_rank(torch_group, arguments, match):
     with pytest.raises(CollectiveError, match=match):
-        mtorch.comm_hook(comm=group, **arguments)
+        mtorch.comm_hook(comm=torch_group, **arguments)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_a_nan_gradient_on_one_rank_is_refused_on_every_rank(group):
-    comm = group
+def test_a_nan_gradient_on_one_rank_is_refused_on_every_rank(torch_group):
+    comm = torch_group
     model = ddp(net())
     model.register_comm_hook(*mtorch.comm_hook("topk", comm=comm, ratio=0.1))
     x, y = batch(comm, 0)
@@ -192,12 +185,12 @@ def test_a_nan_gradient_on_one_rank_is_refused_on_every_rank(group):
         torch.nn.functional.cross_entropy(model(x), y).backward()
 
 
-def test_hooks_that_keep_state_start_after_ddps_bucket_rebuild(group):
-    assert mtorch.comm_hook("topk", comm=group, ratio=0.1)[0].start_iter == 2  # error feedback
-    assert mtorch.comm_hook("topk", comm=group, ratio=0.1, error_feedback="ef21")[0].start_iter == 2
-    assert mtorch.comm_hook("powersgd", comm=group, error_feedback=False)[0].start_iter == 2  # warm start
-    assert mtorch.comm_hook("fp16", comm=group)[0].start_iter == 0
-    assert mtorch.comm_hook("qsgd", comm=group)[0].start_iter == 0
+def test_hooks_that_keep_state_start_after_ddps_bucket_rebuild(torch_group):
+    assert mtorch.comm_hook("topk", comm=torch_group, ratio=0.1)[0].start_iter == 2  # error feedback
+    assert mtorch.comm_hook("topk", comm=torch_group, ratio=0.1, error_feedback="ef21")[0].start_iter == 2
+    assert mtorch.comm_hook("powersgd", comm=torch_group, error_feedback=False)[0].start_iter == 2  # warm start
+    assert mtorch.comm_hook("fp16", comm=torch_group)[0].start_iter == 0
+    assert mtorch.comm_hook("qsgd", comm=torch_group)[0].start_iter == 0
 
 
 def torch_first_qs(model, rank, seed=0):
@@ -237,8 +230,8 @@ def relative_errors(comm, recorder, start):
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("rank", [1, 2])
-def test_powersgd_hook_matches_torchs_powersgd_hook(group, rank):
-    comm = group
+def test_powersgd_hook_matches_torchs_powersgd_hook(torch_group, rank):
+    comm = torch_group
     steps, start = 6, 2
     theirs_state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
                                                start_powerSGD_iter=start, use_error_feedback=False,
@@ -267,11 +260,11 @@ def test_powersgd_hook_matches_torchs_powersgd_hook(group, rank):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_powersgd_hook_with_error_feedback_approximates_as_torchs(group):
+def test_powersgd_hook_with_error_feedback_approximates_as_torchs(torch_group):
     """With error feedback: torch keeps M_i - P^ Q^T (the mean Q), mpiopt each rank's own M_i - P^ Q_i^T
     (Vogels et al.'s Algorithm 2). The residuals differ, but their mean is the same, and PowerSGD's result
     depends on the ranks' inputs through their sum alone: the same steps, to float32 rounding."""
-    comm = group
+    comm = torch_group
     steps, start = 8, 2
     theirs_state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=1,
                                                start_powerSGD_iter=start, use_error_feedback=True,

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'mpiopt[torch]')")
-dist = pytest.importorskip("torch.distributed")
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
@@ -14,12 +13,6 @@ from mpiopt.core import CollectiveError  # noqa: E402
 pytestmark = pytest.mark.many_ranks
 
 
-@pytest.fixture
-def group(comm):
-    if not dist.is_initialized():
-        mtorch.init_process_group(comm)
-    assert dist.get_rank() == comm.rank
-    return comm
 
 
 def net(seed=0, dtype=torch.float32):
@@ -84,53 +77,53 @@ ADAM = lambda params: torch.optim.Adam(params, lr=0.01)  # noqa: E731
 @pytest.mark.parametrize("reducer,make_optimizer", [("ring", SGD), ("ring", ADAM), ("mpi", SGD), ("rd", ADAM),
                                                     ("hier", SGD), ("ps", ADAM)],
                          ids=["ring-sgd", "ring-adam", "mpi-sgd", "rd-adam", "hier-sgd", "ps-adam"])
-def test_distributed_optimizer_trains_as_ddp(group, reducer, make_optimizer):
-    expected = run_ddp(group, make_optimizer, 5)
+def test_distributed_optimizer_trains_as_ddp(torch_group, reducer, make_optimizer):
+    expected = run_ddp(torch_group, make_optimizer, 5)
     # small buckets: several all-reduces that start during the backward pass
-    ours, optimizer = run_ours(group, make_optimizer, 5, reducer=reducer, bucket_bytes=2048)
+    ours, optimizer = run_ours(torch_group, make_optimizer, 5, reducer=reducer, bucket_bytes=2048)
     assert len(optimizer.buckets) > 2 and optimizer.queue.threaded  # on the communication thread
     np.testing.assert_allclose(ours, expected, rtol=2e-5, atol=2e-6)  # float32 sums in another order
-    assert group.size == 1 or not np.array_equal(ours, flat(net()))
+    assert torch_group.size == 1 or not np.array_equal(ours, flat(net()))
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_gradient_accumulation_as_ddp_no_sync(group):
-    expected = run_ddp(group, SGD, 3, passes=3)
-    ours, _ = run_ours(group, SGD, 3, passes=3, reducer="ring")
+def test_gradient_accumulation_as_ddp_no_sync(torch_group):
+    expected = run_ddp(torch_group, SGD, 3, passes=3)
+    ours, _ = run_ours(torch_group, SGD, 3, passes=3, reducer="ring")
     np.testing.assert_allclose(ours, expected, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("make_optimizer", [SGD, ADAM], ids=["sgd", "adam"])
-def test_zero_1_gives_stage_0s_parameters_and_keeps_a_part_of_the_state(group, make_optimizer):
-    stage0, _ = run_ours(group, make_optimizer, 4, reducer="ring", bucket_bytes=2048)
-    stage1, optimizer = run_ours(group, make_optimizer, 4, reducer="ring", bucket_bytes=2048, zero_stage=1)
+def test_zero_1_gives_stage_0s_parameters_and_keeps_a_part_of_the_state(torch_group, make_optimizer):
+    stage0, _ = run_ours(torch_group, make_optimizer, 4, reducer="ring", bucket_bytes=2048)
+    stage1, optimizer = run_ours(torch_group, make_optimizer, 4, reducer="ring", bucket_bytes=2048, zero_stage=1)
     np.testing.assert_array_equal(stage1, stage0)
     held = sum(p.numel() for p in optimizer.state)
-    total = group.allreduce(held)
+    total = torch_group.allreduce(held)
     assert total == sum(p.numel() for p in net().parameters())  # every tensor's state on exactly one rank
-    assert group.size == 1 or held < total
+    assert torch_group.size == 1 or held < total
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(300)
-def test_fp16_compressed_as_ddp_with_torchs_fp16_hook(group):
-    expected = run_ddp(group, SGD, 4, hook=default_hooks.fp16_compress_hook)
-    ours, optimizer = run_ours(group, SGD, 4, reducer="ring", compressor="fp16")
-    if group.size <= 2:  # the same float16 roundings but where torch's 1/p scaling meets subnormals first
+def test_fp16_compressed_as_ddp_with_torchs_fp16_hook(torch_group):
+    expected = run_ddp(torch_group, SGD, 4, hook=default_hooks.fp16_compress_hook)
+    ours, optimizer = run_ours(torch_group, SGD, 4, reducer="ring", compressor="fp16")
+    if torch_group.size <= 2:  # the same float16 roundings but where torch's 1/p scaling meets subnormals first
         np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5)
         assert np.mean(ours == expected) > 0.99
     else:
-        np.testing.assert_allclose(ours, expected, rtol=0, atol=4 * 0.1 * 10 * group.size * 2.0 ** -10)
-    assert optimizer.bytes_sent > 0 or group.size == 1
+        np.testing.assert_allclose(ours, expected, rtol=0, atol=4 * 0.1 * 10 * torch_group.size * 2.0 ** -10)
+    assert optimizer.bytes_sent > 0 or torch_group.size == 1
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_broadcast_parameters_and_optimizer_state(group):
-    comm = group
+def test_broadcast_parameters_and_optimizer_state(torch_group):
+    comm = torch_group
     model = net(seed=comm.rank)  # every rank its own start
     mtorch.broadcast_parameters(model, root=0, comm=comm)
     gathered = comm.allgather(flat(model))
@@ -149,28 +142,28 @@ def test_broadcast_parameters_and_optimizer_state(group):
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_a_module_without_parameters_is_refused_on_every_rank(group):
+def test_a_module_without_parameters_is_refused_on_every_rank(torch_group):
     module = torch.nn.ReLU()
     with pytest.raises(CollectiveError, match="no parameters"):
         mtorch.DistributedOptimizer(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1),
-                                    module.named_parameters(), comm=group)
+                                    module.named_parameters(), comm=torch_group)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_parameters_that_differ_between_ranks_are_refused(group):
-    if group.size == 1:
+def test_parameters_that_differ_between_ranks_are_refused(torch_group):
+    if torch_group.size == 1:
         pytest.skip("needs two ranks")
-    model = net() if group.rank == 0 else torch.nn.Linear(10, 4)
+    model = net() if torch_group.rank == 0 else torch.nn.Linear(10, 4)
     with pytest.raises(CollectiveError, match="parameters"):
         mtorch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
-                                    comm=group)
+                                    comm=torch_group)
 
 
 @pytest.mark.mpi
 @pytest.mark.timeout(120)
-def test_a_nan_gradient_on_one_rank_is_refused_at_step_on_every_rank(group):
-    comm = group
+def test_a_nan_gradient_on_one_rank_is_refused_at_step_on_every_rank(torch_group):
+    comm = torch_group
     model = net()
     optimizer = mtorch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
                                             comm=comm, reducer="ring")

@@ -30,7 +30,7 @@ import math
 import numpy as np
 import torch
 
-from ..models.base import Model
+from ..models.base import Model, count_problem
 
 
 def _infer_features(module):
@@ -63,12 +63,11 @@ class TorchModel(Model):
         if n_features is None:
             raise ValueError("n_features: the module has no layer with in_features; give the number of "
                              "columns of X")
-        if n_classes is not None and (isinstance(n_classes, bool) or not isinstance(n_classes, int)
-                                      or n_classes < 2):
-            raise ValueError(f"n_classes must be None or an integer >= 2, got {n_classes!r}")
+        if n_classes is not None and count_problem("n_classes", n_classes, 2):
+            raise ValueError(count_problem("n_classes", n_classes, 2))
         super().__init__(n_features, [tuple(parameter.shape) for parameter in self.tensors], alpha)
         self.n_classes = n_classes
-        self.penalized = [len(shape) >= 2 for shape in self.shapes]
+        self.penalized = [i for i, shape in enumerate(self.shapes) if len(shape) >= 2]  # the weights, not biases
         self._initial = self.flat_parameters()
 
     def __repr__(self):
@@ -87,9 +86,11 @@ class TorchModel(Model):
 
     def load(self, params):
         """Write the flat vector ``params`` (numpy or CuPy, n_params entries) into the module's parameters."""
-        params = self.check_params(params)
-        vector = torch.as_tensor(np.asarray(params) if isinstance(params, np.ndarray) else params,
-                                 device=self.device).to(self.dtype)
+        return self._write(self.check_params(params))
+
+    def _write(self, params):
+        """``load`` of a vector already checked."""
+        vector = torch.as_tensor(params, device=self.device).to(self.dtype)
         with torch.no_grad():
             start = 0
             for parameter, size in zip(self.tensors, self.sizes):
@@ -102,7 +103,8 @@ class TorchModel(Model):
 
     # -- the model interface ----------------------------------------------------------------------------------
     def _inputs(self, X):
-        return torch.as_tensor(np.ascontiguousarray(self.check_inputs(X)), device=self.device).to(self.dtype)
+        """Checked rows as a tensor of the module's dtype on its device."""
+        return torch.as_tensor(np.ascontiguousarray(X), device=self.device).to(self.dtype)
 
     def _targets(self, y, rows):
         y = self.check_targets(np.asarray(y), rows)
@@ -112,12 +114,12 @@ class TorchModel(Model):
 
     def _outputs(self, params, X):
         self.load(params)
-        return self.module(self._inputs(X))
+        return self.module(self._inputs(self.check_inputs(X)))
 
     def loss_and_grad(self, params, X, y):
-        X = self.check_inputs(X)
+        params, X = self.check_params(params), self.check_inputs(X)
         targets = self._targets(y, X.shape[0])
-        self.load(params)
+        self._write(params)
         for parameter in self.tensors:
             parameter.grad = None
         if X.shape[0]:
@@ -132,15 +134,8 @@ class TorchModel(Model):
         grad = np.concatenate([(parameter.grad.detach().cpu().double().reshape(-1).numpy()
                                 if parameter.grad is not None else np.zeros(size))
                                for parameter, size in zip(self.tensors, self.sizes)])
-        if self.alpha:
-            params = np.asarray(self.check_params(params))
-            start = 0
-            for size, penalized in zip(self.sizes, self.penalized):
-                if penalized:
-                    weight = params[start:start + size]
-                    value += 0.5 * self.alpha * float(weight @ weight)
-                    grad[start:start + size] += self.alpha * weight
-                start += size
+        blocks, grad_blocks = self.views(np.asarray(params)), self.views(grad)
+        value = self.add_penalty(value, [blocks[i] for i in self.penalized], [grad_blocks[i] for i in self.penalized])
         return value, grad
 
     def batch_problem(self, params, X, y):

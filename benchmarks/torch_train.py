@@ -17,28 +17,24 @@ ReLU layer, 10 outputs; 1,663,370 parameters; batch 32 a rank of 28 x 28 inputs)
 (a barrier before and after every step; the median step), the configurations alternating in each of
 ``--rounds`` rounds; the table gives the median over the rounds. **Bytes per step**: what this rank sent
 (mpiopt's counters; for gloo's all-reduce, whose bytes torch does not count, the ring's 2 (p-1)/p n bytes of
-the payload dtype). **Loss**: the digits MLP of examples/torch_ddp.py trained for ``--loss-epochs`` epochs
+the payload dtype). **Loss**: an MLP on digits (64-256-10) trained for ``--loss-epochs`` epochs
 with and without Top-1% + error feedback: the steps, seconds and bytes until the training loss first reaches
 ``--target-loss`` (0.05). Targets: DistributedOptimizer uncompressed at most 1.0x DDP's step time; mpiopt's
 fp16 hook at most 1.1x torch's; Top-1% + EF with 20x fewer bytes to the same loss.
 """
 import argparse
-import json
 import os
 import statistics
-import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import mpiopt.torch  # noqa: E402
-from mpiopt.core.io import write_json  # noqa: E402
+import mpiopt.torch
+from mpiopt.core.io import write_json
 
 CONFIGS = ("ddp", "ddp+torch-fp16", "ddp+mpiopt-fp16", "ddp+mpiopt-topk1%", "mpi-ring", "mpi-topk1%")
 
@@ -139,7 +135,7 @@ def step_times(comm, args, say):
 
 
 def loss_part(comm, args, say):
-    """The digits MLP trained with and without Top-1% + EF (DDP with mpiopt's hook): the steps, seconds and
+    """An MLP on digits (64-256-10) trained with and without Top-1% + EF (DDP with mpiopt's hook): the steps, seconds and
     bytes until the training loss first reaches ``--target-loss`` (checked after every epoch), and the last
     loss."""
     from mpiopt.data import load_dataset

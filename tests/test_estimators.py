@@ -100,7 +100,10 @@ def test_logistic_regression_one_vs_rest_for_three_classes():
 
 @pytest.mark.parametrize("estimator", [LassoADMM(alpha=0.1, max_iter=2000, tol=1e-6),
                                        ElasticNetADMM(alpha=0.1, max_iter=2000, tol=1e-6),
-                                       LogisticRegressionADMM(max_iter=2000, tol=1e-6)],
+                                       # scikit-learn's checks test the API, not the optimum: its own harness caps
+                                       # the iterations of iterative estimators.  Its unscaled data (features near 100
+                                       # beside the intercept) takes this solver 140 Newton steps of 1000 sweeps each.
+                                       LogisticRegressionADMM(max_iter=20, tol=1e-4)],
                          ids=lambda estimator: type(estimator).__name__)
 def test_sklearn_estimator_checks(estimator):
     """scikit-learn's own estimator checks, in one process (they do not apply under mpiexec)."""

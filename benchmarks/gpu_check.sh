@@ -7,7 +7,7 @@
 #
 #   summary.txt              what ran, each step's exit status and time, the tests' counts, the targets
 #   env.txt                  date, host, nvidia-smi, nvcc, python, numpy/cupy/mpi4py versions, pip freeze
-#   install.log              what pip did (or why it was skipped)
+#   install.log              what pip did (or why it was skipped); torch with CUDA too, where it is missing
 #   gpu-probe.txt            whether CuPy sees a device, and whether NVRTC, cuBLAS and cuSOLVER work
 #   pytest-gpu.log/.xml      python -m pytest -m gpu --with-mpi (one process; the log and JUnit XML)
 #   pytest-gpu-mpi.log       mpiexec -n 2 python -m pytest -m "gpu and mpi" --only-mpi, and per rank
@@ -113,6 +113,7 @@ x = cupy.ones(32, dtype=cupy.float32); kernel((1,), (32,), (x,)); assert float(x
 a = cupy.eye(8) * 4.0; assert float(cupy.linalg.cholesky(a @ a)[0, 0]) == 4.0'
 cupy_works() { "$PY" -c "$CUPY_CHECK" > /dev/null 2>&1; }
 cupy_runs() { "$PY" -c "import cupy; cupy.arange(4).sum().item()" > /dev/null 2>&1; }   # the device alone
+torch_cuda() { "$PY" -c "import sys, torch; sys.exit(not torch.cuda.is_available())" > /dev/null 2>&1; }
 if [ "$INSTALL" -eq 0 ]; then
     echo "--no-install: pip was not run" > "$INSTALL_LOG"
     say "install: skipped (--no-install)"
@@ -143,6 +144,11 @@ else
         fi
     elif [ "$DEVICES" -eq 0 ]; then
         say "install: nvidia-smi lists no GPU; CuPy left as it is"
+    fi
+    # torch with CUDA for tests/test_torch_cuda.py (the hooks and DistributedOptimizer on CUDA tensors): a CUDA
+    # build from the index, where one can be reached; without it those tests skip with their reason
+    if [ "$DEVICES" -gt 0 ] && ! torch_cuda; then
+        RESERVE=240 step "pip install torch" 150 "$INSTALL_LOG" "${PIP[@]}" "torch>=2.1" || true
     fi
     say "install: what pip did is in install.log"
 fi
@@ -238,6 +244,11 @@ if [ -z "${MPIEXEC:-}" ]; then
     [ -n "$MPIEXEC" ] && [ -x "$MPIEXEC" ] || MPIEXEC="$(command -v mpiexec || true)"
 fi
 if [ "$GPU" -eq 1 ]; then
+    if torch_cuda; then
+        say "torch: $("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>&1)"
+    else
+        say "torch: no CUDA build here, so tests/test_torch_cuda.py skips (install.log)"
+    fi
     RESERVE=180 step "pytest -m gpu" 150 "$OUTDIR/pytest-gpu.log" \
         "$PY" -m pytest -m gpu --with-mpi -q -rfEs -p no:cacheprovider --timeout=90 --junitxml="$OUTDIR/pytest-gpu.xml" \
         || FAILED=1

@@ -43,6 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import report  # noqa: E402
 from common import start, write_result  # noqa: E402
+from federated_study import PAPER_CNN  # noqa: E402
 
 # (label, strategy, E, B here, B in the paper): the paper's clients hold 600 rows, ours about 13, so its B = 50
 # (12 steps an epoch) and B = 10 (60) become B = 10 (2 steps) and B = 2 (7 steps); None is all of a client's rows.
@@ -50,10 +51,6 @@ CONFIGS = [("FedSGD", "fedsgd", 1, None, None), ("FedAvg", "fedavg", 5, None, No
            ("FedAvg", "fedavg", 1, 10, 50), ("FedAvg", "fedavg", 1, 2, 10), ("FedAvg", "fedavg", 5, 2, 10),
            ("FedAvg", "fedavg", 20, 2, 10)]
 LR_GRID = {"fedsgd": (0.3, 1.0, 3.0), "fedavg": (0.03, 0.1, 0.3, 1.0)}
-# McMahan et al. 2017, Table 2, MNIST CNN, rounds to 99% test accuracy (IID, pathological non-IID), keyed by
-# (E, the paper's B; None is B = infinity).  The 2NN's rows (target 97%) are in the paper.
-PAPER_CNN = {(1, None): (626, 483), (5, None): (179, 1000), (1, 50): (65, 600), (20, None): (234, 672),
-             (1, 10): (34, 350), (5, 50): (29, 334), (20, 50): (32, 426), (5, 10): (20, 229), (20, 10): (18, 173)}
 STRAGGLERS = (0.0, 0.5, 0.9)
 PROX_STRATEGIES = (("FedAvg", "fedavg", {}), ("FedProx mu=0", "fedprox", {"mu": 0.0}),
                    ("FedProx mu=1", "fedprox", {"mu": 1.0}))

@@ -14,9 +14,10 @@ the rank count beyond 2 run: those marked ``many_ranks`` (a module's
 clients or workers spread over ranks) and those parametrized with an
 ``uneven`` or ``empty`` shard layout.  At 4 ranks only the tests marked
 ``every_rank_count`` run: the collectives, whose own steps and partners change
-again at a power of two (recursive doubling, the node-aware reducers); the
-rest take the same code path at 4 ranks as at 3.  The others are deselected
-there.
+again at a power of two (recursive doubling, the node-aware reducers), and a
+few tests of what is built on them (mpiopt.torch's hooks and optimizer, state
+kept per client); the rest take the same code path at 4 ranks as at 3.  The
+others are deselected there.
 
 On which communicator: the ``comm`` fixture has two variants, as mpi4py's
 suite runs its tests on WORLD, SELF and duplicated communicators: ``world``
@@ -165,12 +166,6 @@ def needs_many_ranks(item):
         return True
     params = getattr(getattr(item, "callspec", None), "params", {})
     return any(isinstance(value, str) and value in RANK_COUNT_LAYOUTS for value in params.values())
-
-
-# Test modules with no test that runs beyond 3 ranks (none marked every_rank_count), left uncollected there:
-# collecting them imports torch on every rank (seconds each, the ranks outnumbering the cores) only to
-# deselect every test.
-collect_ignore_glob = ["test_torch_*.py"] if MPI.COMM_WORLD.size > 3 else []
 
 
 def pytest_configure(config):

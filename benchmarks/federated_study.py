@@ -46,7 +46,6 @@ ATTACKS = (("none", None, None), ("sign flip x4", "sign_flip", {"scale": 4.0}),
 # label per client (#C=1), as docs/federated_benchmark.md quotes them
 PUBLISHED = {"CIFAR-10 Dir(0.5)": {"FedAvg": 63.4, "FedProx": 65.6, "SCAFFOLD": 68.0, "FedNova": 65.0},
              "MNIST #C=1": {"FedAvg": 10.0, "FedProx": 81.3, "SCAFFOLD": 10.0}}
-# McMahan et al. 2017, Table 2 (the MNIST CNN, rounds to 99%), the rows docs/federated_benchmark.md quotes: (E, B) -> (IID, non-IID)
 # McMahan et al. 2017, Table 2, MNIST CNN, rounds to 99% test accuracy (IID, pathological non-IID), keyed by
 # (E, the paper's B; None is B = infinity).  The 2NN's rows (target 97%) are in the paper.
 PAPER_CNN = {(1, None): (626, 483), (5, None): (179, 1000), (1, 50): (65, 600), (20, None): (234, 672),

@@ -15,8 +15,6 @@ import mpiopt.torch as mtorch  # noqa: E402
 pytestmark = [pytest.mark.gpu, pytest.mark.mpi]
 
 
-
-
 def net(device):
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3)).to(device)

@@ -19,8 +19,6 @@ from mpiopt.core import CollectiveError  # noqa: E402
 pytestmark = pytest.mark.many_ranks
 
 
-
-
 def net(seed=0):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))

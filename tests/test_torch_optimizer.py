@@ -13,8 +13,6 @@ from mpiopt.core import CollectiveError  # noqa: E402
 pytestmark = pytest.mark.many_ranks
 
 
-
-
 def net(seed=0, dtype=torch.float32):
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.ReLU(),

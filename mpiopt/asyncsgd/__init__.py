@@ -56,7 +56,6 @@ from .timing import LinkTimes, Timing
 
 __all__ = ["ALL", "Accumulator", "AsyncSGDResult", "AsyncSGDSettings", "EventQueue", "FixedTaus", "Graph",
            "LinkTimes", "Method", "ModelProblem", "POWER_MODELS", "PROBLEMS", "PowerTrace", "Problem", "RUNTIMES",
-           "TAU_MODELS",
-           "TauModel", "Timing", "async_sgd", "available_methods", "default_batch", "default_step_size",
-           "get_graph", "get_power_model", "get_problem", "get_tau_model", "given_workers", "graph_workers",
-           "make_timing", "predicted_times", "simulate"]
+           "TAU_MODELS", "TauModel", "Timing", "async_sgd", "available_methods", "default_batch",
+           "default_step_size", "get_graph", "get_power_model", "get_problem", "get_tau_model", "given_workers",
+           "graph_workers", "make_timing", "predicted_times", "simulate"]

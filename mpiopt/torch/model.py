@@ -63,8 +63,9 @@ class TorchModel(Model):
         if n_features is None:
             raise ValueError("n_features: the module has no layer with in_features; give the number of "
                              "columns of X")
-        if n_classes is not None and count_problem("n_classes", n_classes, 2):
-            raise ValueError(count_problem("n_classes", n_classes, 2))
+        problem = None if n_classes is None else count_problem("n_classes", n_classes, 2)
+        if problem:
+            raise ValueError(problem)
         super().__init__(n_features, [tuple(parameter.shape) for parameter in self.tensors], alpha)
         self.n_classes = n_classes
         self.penalized = [i for i, shape in enumerate(self.shapes) if len(shape) >= 2]  # the weights, not biases
